@@ -1,0 +1,1 @@
+//! Conversations, messages and attachments on disk. Knows nothing of the model.

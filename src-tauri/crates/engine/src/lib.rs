@@ -1,0 +1,1 @@
+//! Prompting, sampling, generation and the model store. Knows nothing of windows.

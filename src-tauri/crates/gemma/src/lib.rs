@@ -1,0 +1,1 @@
+//! Gemma 4 E4B on MLX: the model, knowing nothing of prompts, chats or windows.
