@@ -1,1 +1,16 @@
 //! Gemma 4 E4B on MLX: the model, knowing nothing of prompts, chats or windows.
+
+pub mod cache;
+pub mod config;
+pub mod error;
+pub mod layers;
+pub mod model;
+pub mod quant;
+pub mod text;
+pub mod weights;
+
+pub use cache::KvCache;
+pub use config::Config;
+pub use error::{Error, Result};
+pub use model::{LoadOptions, Model};
+pub use text::MediaFeatures;

@@ -1,0 +1,111 @@
+# Gemma Desk — two commands: `make run` (build what is missing, open the app) and `make test`.
+# Both install what they need, idempotently: system packages (apt on Linux), the pinned MLX wheel
+# into .deps/, the Python reference env (tests only), npm packages, cargo crates.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := run
+UNAME := $(shell uname -s)
+ROOT := $(CURDIR)
+DEPS := $(ROOT)/.deps
+MLX_VERSION := 0.32.2
+PYTHON ?= python3
+
+ifeq ($(UNAME),Darwin)
+  MLX_FLAVOR ?= metal
+else
+  MLX_FLAVOR ?= cpu
+endif
+ifeq ($(MLX_FLAVOR),cuda)
+  MLX_WHEEL := mlx-cuda-13
+else
+  MLX_WHEEL := mlx-$(MLX_FLAVOR)
+endif
+export MLX_WHEEL_DIR := $(DEPS)/$(MLX_WHEEL)
+export CARGO_TERM_COLOR := never
+
+APT_PACKAGES := build-essential pkg-config curl file libssl-dev libclang-dev \
+  libwebkit2gtk-4.1-dev libgtk-3-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev \
+  python3-venv xvfb xauth webkit2gtk-driver xdotool
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+APP := target/debug/gemma-desk
+TAURI_DRIVER := $(DEPS)/cargo/bin/tauri-driver
+PYENV := $(DEPS)/py
+
+.PHONY: run test deps system-deps mlx-wheel ui-deps ui py-deps tauri-driver \
+        test-rust test-ui test-parity test-e2e app lint clean-deps
+
+# ---------------------------------------------------------------- the two commands
+run: deps ui
+	cargo build -p gemma-desk
+	$(APP)
+
+test: deps ui py-deps tauri-driver
+	$(MAKE) test-rust test-ui test-parity test-e2e
+
+# ---------------------------------------------------------------- prerequisites
+deps: system-deps mlx-wheel ui-deps
+
+system-deps:
+ifeq ($(UNAME),Darwin)
+	@xcode-select -p >/dev/null 2>&1 || { echo "Xcode command line tools are missing. Install them with: xcode-select --install"; exit 1; }
+else
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "Installing system packages:" $$missing; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+endif
+	@command -v cargo >/dev/null || { echo "Rust is missing. Install it with: curl https://sh.rustup.rs -sSf | sh"; exit 1; }
+	@command -v npm >/dev/null || { echo "Node.js 20+ is missing. Install it from https://nodejs.org (macOS: brew install node)"; exit 1; }
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3 is missing (needed for pip wheels)."; exit 1; }
+
+mlx-wheel: $(MLX_WHEEL_DIR)/.installed
+$(MLX_WHEEL_DIR)/.installed:
+	rm -rf $(MLX_WHEEL_DIR)
+	$(PYTHON) -m pip install -q --disable-pip-version-check --no-deps --target $(MLX_WHEEL_DIR) $(MLX_WHEEL)==$(MLX_VERSION)
+	touch $@
+
+ui-deps: ui/node_modules/.installed
+ui/node_modules/.installed: ui/package-lock.json
+	cd ui && npm ci --no-audit --no-fund
+	touch $@
+
+ui: ui-deps
+	cd ui && npm run build
+
+# The Python reference (mlx-vlm on MLX CPU) for parity tests; never used by the app.
+py-deps: $(PYENV)/.installed
+$(PYENV)/.installed: tests/requirements.txt tests/requirements-nodeps.txt
+	rm -rf $(PYENV)
+	$(PYTHON) -m venv $(PYENV)
+	$(PYENV)/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
+	$(PYENV)/bin/pip install -q --disable-pip-version-check --no-deps -r tests/requirements-nodeps.txt
+	touch $@
+
+tauri-driver: $(TAURI_DRIVER)
+$(TAURI_DRIVER):
+	cargo install -q tauri-driver --version 2.1.0 --locked --root $(DEPS)/cargo
+
+clean-deps:
+	rm -rf $(DEPS) ui/node_modules
+
+# ---------------------------------------------------------------- tests
+test-rust:
+	cargo test --workspace --all-targets
+
+test-ui:
+	cd ui && npm test
+
+test-parity:
+	$(PYENV)/bin/python tests/parity/run_all.py
+
+test-e2e: app
+	tests/e2e/run.sh $(APP)
+
+app:
+	cargo build -p gemma-desk
+
+lint:
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings

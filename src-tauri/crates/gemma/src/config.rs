@@ -1,0 +1,246 @@
+//! `config.json` of a Gemma 4 checkpoint in MLX format: the fields this engine uses.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// Attention kind of one decoder layer (from `layer_types`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum AttentionKind {
+    /// Windowed causal attention over the last `sliding_window` positions.
+    #[serde(rename = "sliding_attention")]
+    Sliding,
+    /// Causal attention over every earlier position.
+    #[serde(rename = "full_attention")]
+    Full,
+}
+
+/// RoPE parameters of one attention kind.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RopeParameters {
+    #[serde(default = "default_rope_type")]
+    pub rope_type: String,
+    pub rope_theta: f32,
+    #[serde(default = "one")]
+    pub partial_rotary_factor: f32,
+    #[serde(default = "one")]
+    pub factor: f32,
+}
+
+fn default_rope_type() -> String {
+    "default".into()
+}
+fn one() -> f32 {
+    1.0
+}
+fn eps() -> f32 {
+    1e-6
+}
+
+/// The language model's configuration (`text_config`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct TextConfig {
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub intermediate_size: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    pub global_head_dim: Option<usize>,
+    pub layer_types: Vec<AttentionKind>,
+    pub sliding_window: usize,
+    pub rope_parameters: HashMap<String, RopeParameters>,
+    #[serde(default)]
+    pub num_kv_shared_layers: usize,
+    #[serde(default)]
+    pub hidden_size_per_layer_input: usize,
+    pub vocab_size: usize,
+    pub vocab_size_per_layer_input: Option<usize>,
+    #[serde(default = "eps")]
+    pub rms_norm_eps: f32,
+    pub final_logit_softcapping: Option<f32>,
+    #[serde(default)]
+    pub use_double_wide_mlp: bool,
+    #[serde(default)]
+    pub enable_moe_block: bool,
+    #[serde(default)]
+    pub attention_k_eq_v: bool,
+    pub use_bidirectional_attention: Option<String>,
+}
+
+/// The vision tower's configuration (`vision_config`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct VisionConfig {
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub head_dim: usize,
+    pub patch_size: usize,
+    pub pooling_kernel_size: usize,
+    pub position_embedding_size: usize,
+    #[serde(default = "eps")]
+    pub rms_norm_eps: f32,
+    #[serde(default)]
+    pub use_clipped_linears: bool,
+    #[serde(default)]
+    pub standardize: bool,
+    pub default_output_length: Option<usize>,
+    pub rope_parameters: Option<RopeParameters>,
+}
+
+/// Bits and group size of one quantized module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct QuantSpec {
+    pub bits: i32,
+    pub group_size: i32,
+}
+
+/// `quantization`: a default plus per-module overrides keyed by module path.
+#[derive(Debug, Clone, Default)]
+pub struct Quantization {
+    pub default: Option<QuantSpec>,
+    pub per_module: HashMap<String, QuantSpec>,
+}
+
+impl Quantization {
+    /// Bits and group size of the module at `path`, if the config names any.
+    pub fn for_module(&self, path: &str) -> Option<QuantSpec> {
+        self.per_module.get(path).copied().or(self.default)
+    }
+
+    fn from_json(value: Option<&serde_json::Value>) -> Self {
+        let Some(serde_json::Value::Object(map)) = value else {
+            return Self::default();
+        };
+        let int =
+            |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_i64()).map(|x| x as i32);
+        let whole = serde_json::Value::Object(map.clone());
+        let default = int(&whole, "bits").zip(int(&whole, "group_size"));
+        let default = default.map(|(bits, group_size)| QuantSpec { bits, group_size });
+        let per_module = map
+            .iter()
+            .filter_map(|(path, v)| {
+                let bits = int(v, "bits")?;
+                let group_size = int(v, "group_size").or(default.map(|d| d.group_size))?;
+                Some((path.clone(), QuantSpec { bits, group_size }))
+            })
+            .collect();
+        Self {
+            default,
+            per_module,
+        }
+    }
+}
+
+/// The top-level `config.json`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub text: TextConfig,
+    pub vision: Option<VisionConfig>,
+    pub quantization: Quantization,
+    pub image_token_id: Option<u32>,
+    pub audio_token_id: Option<u32>,
+    pub video_token_id: Option<u32>,
+    pub boi_token_id: Option<u32>,
+    pub eoi_token_id: Option<u32>,
+    pub pad_token_id: u32,
+    pub vision_soft_tokens_per_image: usize,
+}
+
+#[derive(Deserialize)]
+struct RawConfig {
+    model_type: Option<String>,
+    text_config: TextConfig,
+    vision_config: Option<VisionConfig>,
+    quantization: Option<serde_json::Value>,
+    image_token_id: Option<u32>,
+    audio_token_id: Option<u32>,
+    video_token_id: Option<u32>,
+    boi_token_id: Option<u32>,
+    eoi_token_id: Option<u32>,
+    pad_token_id: Option<u32>,
+    vision_soft_tokens_per_image: Option<usize>,
+}
+
+impl Config {
+    /// Reads and validates `config.json` of the model folder.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|message| Error::Config { path, message })
+    }
+
+    /// Parses the text of `config.json`; errors are messages in words.
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        let raw: RawConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        match raw.model_type.as_deref() {
+            Some("gemma4") => {}
+            Some(other) => return Err(format!("model_type is \"{other}\", expected \"gemma4\"")),
+            None => return Err("model_type is missing (expected \"gemma4\")".into()),
+        }
+        let config = Config {
+            quantization: Quantization::from_json(raw.quantization.as_ref()),
+            text: raw.text_config,
+            vision: raw.vision_config,
+            image_token_id: raw.image_token_id,
+            audio_token_id: raw.audio_token_id,
+            video_token_id: raw.video_token_id,
+            boi_token_id: raw.boi_token_id,
+            eoi_token_id: raw.eoi_token_id,
+            pad_token_id: raw.pad_token_id.unwrap_or(0),
+            vision_soft_tokens_per_image: raw.vision_soft_tokens_per_image.unwrap_or(280),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        let t = &self.text;
+        if t.layer_types.len() != t.num_hidden_layers {
+            return Err(format!(
+                "text_config.layer_types has {} entries for {} layers",
+                t.layer_types.len(),
+                t.num_hidden_layers
+            ));
+        }
+        if t.num_kv_shared_layers >= t.num_hidden_layers {
+            return Err("num_kv_shared_layers must be smaller than num_hidden_layers".into());
+        }
+        if t.enable_moe_block || t.attention_k_eq_v {
+            return Err(
+                "mixture-of-experts and k=v attention (Gemma 4 26B/31B) are not supported".into(),
+            );
+        }
+        if t.num_attention_heads == 0
+            || t.num_key_value_heads == 0
+            || t.num_attention_heads % t.num_key_value_heads != 0
+        {
+            return Err(
+                "num_attention_heads must be a positive multiple of num_key_value_heads".into(),
+            );
+        }
+        for kind in ["sliding_attention", "full_attention"] {
+            if t.layer_types.iter().any(|k| kind_name(*k) == kind)
+                && !t.rope_parameters.contains_key(kind)
+            {
+                return Err(format!("rope_parameters.{kind} is missing"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The config name of an attention kind.
+pub fn kind_name(kind: AttentionKind) -> &'static str {
+    match kind {
+        AttentionKind::Sliding => "sliding_attention",
+        AttentionKind::Full => "full_attention",
+    }
+}

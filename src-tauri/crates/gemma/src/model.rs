@@ -1,0 +1,162 @@
+//! Loading a model folder into a runnable model.
+
+use std::path::Path;
+
+use mlx_rs::{Array, Dtype};
+
+use crate::cache::KvCache;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::layers::{layer_table, KvSource, LayerSpec};
+use crate::text::{MediaFeatures, TextModel};
+use crate::weights::WeightStore;
+
+/// How to load a checkpoint.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Activation and dequantization dtype; `None` = the checkpoint's own (bf16 for E4B).
+    pub dtype: Option<Dtype>,
+}
+
+/// A loaded Gemma 4 model.
+pub struct Model {
+    config: Config,
+    table: Vec<LayerSpec>,
+    text: TextModel,
+}
+
+impl Model {
+    /// Loads `dir` strictly: one error lists every missing, unexpected or misshapen tensor.
+    pub fn load(dir: &Path, options: &LoadOptions) -> Result<Self> {
+        if !dir.is_dir() {
+            return Err(Error::Unsupported(format!(
+                "{} is not a folder",
+                dir.display()
+            )));
+        }
+        let config = Config::load(dir)?;
+        let table = layer_table(&config.text)?;
+        let mut store = WeightStore::open(dir)?;
+        let dtype = match options.dtype {
+            Some(d) => d,
+            None => checkpoint_dtype(&store),
+        };
+        let shared: Vec<usize> = table
+            .iter()
+            .filter(|l| matches!(l.kv, KvSource::Shared { .. }))
+            .map(|l| l.index)
+            .collect();
+        store.ignore_where(|name| is_unused(name, &shared));
+        let text = TextModel::load(&mut store, &config, &table, dtype)?;
+        store.finish()?;
+        let text = text.ok_or_else(|| Error::Tensors("the language model is incomplete".into()))?;
+        Ok(Self {
+            config,
+            table,
+            text,
+        })
+    }
+
+    /// The checkpoint's configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The per-layer geometry.
+    pub fn layers(&self) -> &[LayerSpec] {
+        &self.table
+    }
+
+    /// The activation dtype in use.
+    pub fn dtype(&self) -> Dtype {
+        self.text.dtype()
+    }
+
+    /// Fresh caches for a new conversation.
+    pub fn new_caches(&self) -> Vec<KvCache> {
+        self.text.new_caches()
+    }
+
+    /// Teacher-forced forward over host token ids, continuing `caches`: logits of the last
+    /// `keep` positions (`[keep, vocab]`), or of every position when `keep` is `None`.
+    /// Checks ids against the vocabulary and media placeholder counts against feature rows.
+    pub fn forward(
+        &self,
+        ids: &[u32],
+        media: &[MediaFeatures<'_>],
+        caches: &mut [KvCache],
+        keep: Option<usize>,
+    ) -> Result<Array> {
+        let vocab = self.config.text.vocab_size as u32;
+        if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
+            return Err(Error::Input(format!(
+                "token id {bad} is outside the vocabulary (size {vocab})"
+            )));
+        }
+        for m in media {
+            let found = ids.iter().filter(|&&id| id == m.token_id).count();
+            let rows = m.features.shape().first().copied().unwrap_or(0) as usize;
+            if found != rows {
+                return Err(Error::Input(format!(
+                    "the prompt has {found} placeholder tokens (id {}) but the media supply {rows} rows",
+                    m.token_id
+                )));
+            }
+        }
+        let ids = Array::from_slice(ids, &[ids.len() as i32]);
+        self.text.forward(&ids, media, caches, keep)
+    }
+
+    /// Forward over device-resident ids (`[T]` integers, e.g. the token just sampled), without
+    /// host round trips; the caller guarantees ids are in range and carry no media placeholders.
+    pub fn forward_array(
+        &self,
+        ids: &Array,
+        caches: &mut [KvCache],
+        keep: Option<usize>,
+    ) -> Result<Array> {
+        self.text.forward(ids, &[], caches, keep)
+    }
+}
+
+/// Tensors the model knowingly does not use: the audio tower (not supported yet), the vision
+/// tower until images land, K/V of shared layers (some uploads carry them), rotary buffers and
+/// text-side clip scalars (mlx-vlm drops both).
+fn is_unused(name: &str, shared_layers: &[usize]) -> bool {
+    if name.starts_with("audio_tower.") || name.starts_with("embed_audio.") {
+        return true;
+    }
+    if name.starts_with("vision_tower.") || name.starts_with("embed_vision.") {
+        return true;
+    }
+    if name.contains("rotary_emb") {
+        return true;
+    }
+    if let Some(rest) = name.strip_prefix("language_model.model.layers.") {
+        let mut parts = rest.split('.');
+        let layer: Option<usize> = parts.next().and_then(|p| p.parse().ok());
+        let (attn, module) = (parts.next(), parts.next());
+        if let (Some(layer), Some("self_attn"), Some(module)) = (layer, attn, module) {
+            if shared_layers.contains(&layer)
+                && matches!(module, "k_proj" | "v_proj" | "k_norm" | "v_norm")
+            {
+                return true;
+            }
+        }
+        if ["input_min", "input_max", "output_min", "output_max"]
+            .iter()
+            .any(|s| name.ends_with(s))
+        {
+            return true;
+        }
+    }
+    false
+}
+
+fn checkpoint_dtype(store: &WeightStore) -> Dtype {
+    match store.header_dtype("language_model.model.norm.weight") {
+        Some(safetensors::Dtype::F32) => Dtype::Float32,
+        Some(safetensors::Dtype::F16) => Dtype::Float16,
+        _ => Dtype::Bfloat16,
+    }
+}

@@ -1,0 +1,304 @@
+//! Reading a checkpoint's tensors: shard discovery, strict header validation, and a store that
+//! hands tensors to modules and then reports every missing and every unexpected name at once.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use mlx_rs::{Array, Dtype};
+use safetensors::tensor::Metadata;
+
+use crate::error::{Error, Result};
+
+/// Name, dtype and shape of one tensor as its file header declares it.
+#[derive(Debug, Clone)]
+pub struct TensorHeader {
+    pub dtype: safetensors::Dtype,
+    pub shape: Vec<usize>,
+    pub file: PathBuf,
+}
+
+/// The safetensors files of a model folder: from `model.safetensors.index.json` (which may list
+/// sidecars such as `optiq_vision.safetensors`) or else every `model*.safetensors`.
+pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.exists() {
+        let text = std::fs::read_to_string(&index).map_err(|source| Error::Io {
+            path: index.clone(),
+            source,
+        })?;
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Config {
+            path: index.clone(),
+            message: e.to_string(),
+        })?;
+        let map = json
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| Error::Config {
+                path: index.clone(),
+                message: "weight_map is missing".into(),
+            })?;
+        let files: BTreeSet<&str> = map.values().filter_map(|v| v.as_str()).collect();
+        let mut paths = Vec::new();
+        for file in files {
+            if file.contains("..") || Path::new(file).is_absolute() {
+                return Err(Error::Config {
+                    path: index.clone(),
+                    message: format!("weight file \"{file}\" is outside the model folder"),
+                });
+            }
+            let path = dir.join(file);
+            if !path.is_file() {
+                return Err(Error::Config {
+                    path: index.clone(),
+                    message: format!("lists {file}, which does not exist"),
+                });
+            }
+            paths.push(path);
+        }
+        return Ok(paths);
+    }
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            name.starts_with("model") && name.ends_with(".safetensors")
+        })
+        .collect();
+    paths.sort();
+    if paths.is_empty() {
+        return Err(Error::Unsupported(format!(
+            "{} holds no model*.safetensors files",
+            dir.display()
+        )));
+    }
+    Ok(paths)
+}
+
+/// Reads and validates one file's header without touching its tensor data: offsets must be
+/// contiguous, sizes must match dtype × shape, and the data must end exactly at the file's end.
+pub fn read_header(path: &Path) -> Result<BTreeMap<String, TensorHeader>> {
+    let bad = |message: String| Error::Safetensors {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut file = File::open(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file_len = file
+        .metadata()
+        .map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .len();
+    let mut len_bytes = [0u8; 8];
+    file.read_exact(&mut len_bytes)
+        .map_err(|_| bad("file is too short to be safetensors (truncated?)".into()))?;
+    let header_len = u64::from_le_bytes(len_bytes);
+    if header_len > 100_000_000 || header_len + 8 > file_len {
+        return Err(bad(format!("header length {header_len} does not fit a {file_len}-byte file (truncated or not safetensors)")));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    file.read_exact(&mut header)
+        .map_err(|e| bad(format!("cannot read header: {e}")))?;
+    let metadata: Metadata =
+        serde_json::from_slice(&header).map_err(|e| bad(format!("invalid header: {e}")))?;
+    let data_len = metadata.data_len() as u64;
+    if data_len + 8 + header_len != file_len {
+        return Err(bad(format!(
+            "header describes {data_len} bytes of tensor data but the file holds {} (truncated or corrupt)",
+            file_len - 8 - header_len
+        )));
+    }
+    Ok(metadata
+        .tensors()
+        .into_iter()
+        .map(|(name, info)| {
+            (
+                name,
+                TensorHeader {
+                    dtype: info.dtype,
+                    shape: info.shape.clone(),
+                    file: path.to_path_buf(),
+                },
+            )
+        })
+        .collect())
+}
+
+/// All tensors of a checkpoint, handed out by name; what nobody takes is reported as unexpected.
+pub struct WeightStore {
+    headers: BTreeMap<String, TensorHeader>,
+    arrays: HashMap<String, Array>,
+    taken: BTreeSet<String>,
+    missing: Vec<String>,
+    problems: Vec<String>,
+}
+
+impl WeightStore {
+    /// Opens every file of the checkpoint. MLX reads each tensor's bytes from its file once,
+    /// lazily, into the array that the model keeps: no intermediate host copy.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let mut headers = BTreeMap::new();
+        let mut arrays = HashMap::new();
+        for path in checkpoint_files(dir)? {
+            let file_headers = read_header(&path)?;
+            let loaded = Array::load_safetensors(&path).map_err(|e| Error::Safetensors {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            for (name, header) in file_headers {
+                if let Some(previous) = headers.get(&name) {
+                    let TensorHeader { file, .. } = previous;
+                    return Err(Error::Tensors(format!(
+                        "{name} appears in both {} and {}",
+                        file.display(),
+                        path.display()
+                    )));
+                }
+                if let Some(array) = loaded.get(&name) {
+                    arrays.insert(name.clone(), array.clone());
+                }
+                headers.insert(name, header);
+            }
+        }
+        Ok(Self {
+            headers,
+            arrays,
+            taken: BTreeSet::new(),
+            missing: Vec::new(),
+            problems: Vec::new(),
+        })
+    }
+
+    /// True when the checkpoint holds `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.headers.contains_key(name)
+    }
+
+    /// Declared dtype of `name`, if present.
+    pub fn header_dtype(&self, name: &str) -> Option<safetensors::Dtype> {
+        self.headers.get(name).map(|h| h.dtype)
+    }
+
+    /// Declared shape of `name`, if present.
+    pub fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.headers.get(name).map(|h| h.shape.as_slice())
+    }
+
+    /// Takes a tensor, checking its shape and dtype class; problems are collected, not thrown,
+    /// so that one error can list all of them. Returns `None` when missing or wrong.
+    pub fn take(&mut self, name: &str, shape: &[usize], kind: DtypeClass) -> Option<Array> {
+        let Some(header) = self.headers.get(name) else {
+            self.missing.push(name.to_string());
+            return None;
+        };
+        self.taken.insert(name.to_string());
+        if header.shape != shape {
+            self.problems.push(format!(
+                "{name}: shape {:?}, expected {:?}",
+                header.shape, shape
+            ));
+            return None;
+        }
+        if !kind.accepts(header.dtype) {
+            self.problems.push(format!(
+                "{name}: dtype {:?}, expected {}",
+                header.dtype,
+                kind.describe()
+            ));
+            return None;
+        }
+        self.arrays.get(name).cloned()
+    }
+
+    /// Takes a tensor of any shape (the caller validates), or records it as missing.
+    pub fn take_any_shape(&mut self, name: &str, kind: DtypeClass) -> Option<Array> {
+        let shape = self.headers.get(name)?.shape.clone();
+        self.take(name, &shape, kind)
+    }
+
+    /// Marks tensors as knowingly unused (e.g. audio tower, K/V of shared layers).
+    pub fn ignore_where(&mut self, unused: impl Fn(&str) -> bool) {
+        let names: Vec<String> = self.headers.keys().filter(|n| unused(n)).cloned().collect();
+        for name in names {
+            self.arrays.remove(&name);
+            self.taken.insert(name);
+        }
+    }
+
+    /// Records a problem found by a module (e.g. inconsistent quantization).
+    pub fn problem(&mut self, message: String) {
+        self.problems.push(message);
+    }
+
+    /// Ends loading: one error listing every missing, unexpected and misshapen tensor.
+    pub fn finish(self) -> Result<()> {
+        let unexpected: Vec<&String> = self
+            .headers
+            .keys()
+            .filter(|n| !self.taken.contains(*n))
+            .collect();
+        if self.missing.is_empty() && unexpected.is_empty() && self.problems.is_empty() {
+            return Ok(());
+        }
+        let mut report = String::new();
+        let mut section = |title: &str, items: Vec<String>| {
+            if !items.is_empty() {
+                report.push_str(&format!("{title} ({}):\n", items.len()));
+                for item in items {
+                    report.push_str(&format!("  {item}\n"));
+                }
+            }
+        };
+        section("missing tensors", self.missing.clone());
+        section(
+            "unexpected tensors",
+            unexpected.into_iter().cloned().collect(),
+        );
+        section("wrong tensors", self.problems.clone());
+        Err(Error::Tensors(report.trim_end().to_string()))
+    }
+}
+
+/// What dtypes a tensor may have.
+#[derive(Debug, Clone, Copy)]
+pub enum DtypeClass {
+    /// Packed quantized weights.
+    U32,
+    /// Floating-point weights, scales and biases.
+    Float,
+}
+
+impl DtypeClass {
+    fn accepts(self, dtype: safetensors::Dtype) -> bool {
+        use safetensors::Dtype as D;
+        match self {
+            DtypeClass::U32 => dtype == D::U32,
+            DtypeClass::Float => matches!(dtype, D::BF16 | D::F16 | D::F32),
+        }
+    }
+    fn describe(self) -> &'static str {
+        match self {
+            DtypeClass::U32 => "U32 (packed quantized weights)",
+            DtypeClass::Float => "a float type (BF16, F16 or F32)",
+        }
+    }
+}
+
+/// Casts a float weight to the compute dtype (a no-op when equal).
+pub fn to_dtype(array: Array, dtype: Dtype) -> Result<Array> {
+    if array.dtype() == dtype {
+        Ok(array)
+    } else {
+        Ok(array.as_dtype(dtype)?)
+    }
+}
