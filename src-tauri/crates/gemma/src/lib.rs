@@ -7,6 +7,7 @@ pub mod layers;
 pub mod model;
 pub mod quant;
 pub mod text;
+pub mod vision;
 pub mod weights;
 
 pub use cache::KvCache;
@@ -14,3 +15,4 @@ pub use config::Config;
 pub use error::{Error, Result};
 pub use model::{LoadOptions, Model};
 pub use text::MediaFeatures;
+pub use vision::{Pixels, VisionTower};

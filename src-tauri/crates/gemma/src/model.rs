@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::layers::{layer_table, KvSource, LayerSpec};
 use crate::text::{MediaFeatures, TextModel};
+use crate::vision::VisionTower;
 use crate::weights::WeightStore;
 
 /// How to load a checkpoint.
@@ -23,6 +24,7 @@ pub struct Model {
     config: Config,
     table: Vec<LayerSpec>,
     text: TextModel,
+    vision: Option<VisionTower>,
 }
 
 impl Model {
@@ -48,18 +50,25 @@ impl Model {
             .collect();
         store.ignore_where(|name| is_unused(name, &shared));
         let text = TextModel::load(&mut store, &config, &table, dtype)?;
+        let vision = VisionTower::load(&mut store, &config, dtype)?;
         store.finish()?;
         let text = text.ok_or_else(|| Error::Tensors("the language model is incomplete".into()))?;
         Ok(Self {
             config,
             table,
             text,
+            vision,
         })
     }
 
     /// The checkpoint's configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The vision tower, when the checkpoint has one.
+    pub fn vision(&self) -> Option<&VisionTower> {
+        self.vision.as_ref()
     }
 
     /// The per-layer geometry.
@@ -119,14 +128,11 @@ impl Model {
     }
 }
 
-/// Tensors the model knowingly does not use: the audio tower (not supported yet), the vision
-/// tower until images land, K/V of shared layers (some uploads carry them), rotary buffers and
+/// Tensors the model knowingly does not use: the audio tower (not supported yet), K/V of
+/// shared layers (some uploads carry them), rotary buffers and
 /// text-side clip scalars (mlx-vlm drops both).
 fn is_unused(name: &str, shared_layers: &[usize]) -> bool {
     if name.starts_with("audio_tower.") || name.starts_with("embed_audio.") {
-        return true;
-    }
-    if name.starts_with("vision_tower.") || name.starts_with("embed_vision.") {
         return true;
     }
     if name.contains("rotary_emb") {
