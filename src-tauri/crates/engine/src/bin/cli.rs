@@ -1,0 +1,232 @@
+//! `gemma-desk-cli`: the same engine as the app, for headless use and for checks.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use engine::generate::{generate, GenerateOptions, Session};
+use engine::sampler::SamplerConfig;
+use engine::template::{Message, Role};
+use engine::worker::LoadedModel;
+use gemma::{LoadOptions, Model};
+use mlx_rs::{Array, Dtype};
+
+#[derive(Parser)]
+#[command(name = "gemma-desk-cli", version, about = "Gemma 4 on MLX, from the terminal")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DtypeArg {
+    Bfloat16,
+    Float32,
+}
+
+#[derive(clap::Args)]
+struct SamplingArgs {
+    /// Maximum tokens to generate.
+    #[arg(long, default_value_t = 512)]
+    max_tokens: usize,
+    /// Sampling temperature (0 = greedy); default from generation_config.json.
+    #[arg(long)]
+    temperature: Option<f32>,
+    #[arg(long)]
+    top_p: Option<f32>,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long)]
+    min_p: Option<f32>,
+    #[arg(long)]
+    repetition_penalty: Option<f32>,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Compute dtype (default: the checkpoint's).
+    #[arg(long, value_enum)]
+    dtype: Option<DtypeArg>,
+    /// Let the model think before answering (Gemma 4 thinking mode).
+    #[arg(long)]
+    thinking: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Answer one prompt, streaming the text to stdout.
+    Generate {
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long)]
+        prompt: String,
+        #[arg(long)]
+        system: Option<String>,
+        /// One JSON object per line: token ids, text deltas, then a usage record.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+    },
+    /// An interactive chat in the terminal (empty line or Ctrl-D quits).
+    Chat {
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long)]
+        system: Option<String>,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+    },
+    /// Teacher-forced logits over a token list, written as a float32 safetensors tensor `logits`.
+    Logits {
+        #[arg(long)]
+        model: PathBuf,
+        /// Comma-separated token ids.
+        #[arg(long, value_delimiter = ',', required = true)]
+        tokens: Vec<u32>,
+        /// Compute dtype (default: the checkpoint's).
+        #[arg(long, value_enum)]
+        dtype: Option<DtypeArg>,
+        /// Every position's row ([T, vocab]) instead of the last one ([vocab]).
+        #[arg(long)]
+        all_positions: bool,
+        /// Prefill only the first N tokens in one forward, then feed the rest one at a time
+        /// through the decode path (rows are returned for every position).
+        #[arg(long)]
+        prefill: Option<usize>,
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Generate { model, prompt, system, json, sampling } => generate_once(&model, &prompt, system, json, &sampling),
+        Command::Chat { model, system, sampling } => chat(&model, system, &sampling),
+        Command::Logits { model, tokens, dtype, all_positions, prefill, out } => {
+            logits(&model, &tokens, dtype, all_positions, prefill, &out)
+        }
+    }
+}
+
+fn dtype_of(dtype: Option<DtypeArg>) -> Option<Dtype> {
+    dtype.map(|d| match d {
+        DtypeArg::Bfloat16 => Dtype::Bfloat16,
+        DtypeArg::Float32 => Dtype::Float32,
+    })
+}
+
+fn load(dir: &Path, dtype: Option<DtypeArg>) -> Result<Model> {
+    Model::load(dir, &LoadOptions { dtype: dtype_of(dtype) }).with_context(|| format!("loading {}", dir.display()))
+}
+
+fn load_chat(dir: &Path, sampling: &SamplingArgs) -> Result<(LoadedModel, GenerateOptions)> {
+    let loaded = LoadedModel::load(dir, &LoadOptions { dtype: dtype_of(sampling.dtype) }).with_context(|| format!("loading {}", dir.display()))?;
+    let mut sampler = SamplerConfig::load(dir)?;
+    if let Some(t) = sampling.temperature {
+        sampler.temperature = t;
+    }
+    sampler.top_p = sampling.top_p.or(sampler.top_p);
+    sampler.top_k = sampling.top_k.or(sampler.top_k);
+    sampler.min_p = sampling.min_p.or(sampler.min_p);
+    sampler.repetition_penalty = sampling.repetition_penalty.or(sampler.repetition_penalty);
+    sampler.seed = sampling.seed;
+    sampler.validate()?;
+    let options = GenerateOptions { sampler, max_tokens: sampling.max_tokens, ..GenerateOptions::default() };
+    Ok((loaded, options))
+}
+
+fn generate_once(dir: &Path, prompt: &str, system: Option<String>, json: bool, sampling: &SamplingArgs) -> Result<()> {
+    let (m, options) = load_chat(dir, sampling)?;
+    let mut messages: Vec<Message> = system.into_iter().map(|s| Message::text(Role::System, s)).collect();
+    messages.push(Message::text(Role::User, prompt));
+    let ids = m.prompt_ids(&messages, sampling.thinking)?;
+    let mut session = Session::new(&m.model);
+    let cancel = AtomicBool::new(false);
+    let mut out = std::io::stdout().lock();
+    let usage = generate(&m.model, &mut session, &ids, &[], &m.tokenizer, &m.specials, &options, &cancel, |d| {
+        let line = if json {
+            format!("{}\n", serde_json::json!({ "token": d.token, "text": d.text }))
+        } else {
+            d.text
+        };
+        let _ = out.write_all(line.as_bytes());
+        let _ = out.flush();
+    })?;
+    if json {
+        writeln!(out, "{}", serde_json::json!({ "usage": usage }))?;
+    } else {
+        writeln!(out)?;
+        eprintln!(
+            "[{} prompt tokens, {} generated, {:.1} tok/s, first token after {:.0} ms, {:?}]",
+            usage.prompt_tokens, usage.generated_tokens, usage.decode_tokens_per_second, usage.time_to_first_token_ms, usage.stop_reason
+        );
+    }
+    Ok(())
+}
+
+fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<()> {
+    let (m, options) = load_chat(dir, sampling)?;
+    let mut messages: Vec<Message> = system.into_iter().map(|s| Message::text(Role::System, s)).collect();
+    let mut session = Session::new(&m.model);
+    let cancel = AtomicBool::new(false);
+    let stdin = std::io::stdin();
+    loop {
+        eprint!("> ");
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 || line.trim().is_empty() {
+            return Ok(());
+        }
+        messages.push(Message::text(Role::User, line.trim()));
+        let ids = m.prompt_ids(&messages, sampling.thinking)?;
+        let mut answer = String::new();
+        let usage = generate(&m.model, &mut session, &ids, &[], &m.tokenizer, &m.specials, &options, &cancel, |d| {
+            print!("{}", d.text);
+            let _ = std::io::stdout().flush();
+            answer.push_str(&d.text);
+        })?;
+        println!();
+        eprintln!("[{:.1} tok/s, {} reused prompt tokens]", usage.decode_tokens_per_second, usage.reused_tokens);
+        messages.push(Message::text(Role::Assistant, answer));
+    }
+}
+
+fn logits(dir: &Path, tokens: &[u32], dtype: Option<DtypeArg>, all: bool, prefill: Option<usize>, out: &Path) -> Result<()> {
+    let model = load(dir, dtype)?;
+    let mut caches = model.new_caches();
+    let rows: Array = match prefill {
+        Some(n) => {
+            if n == 0 || n > tokens.len() {
+                bail!("--prefill must be between 1 and the number of tokens ({})", tokens.len());
+            }
+            let mut parts = vec![model.forward(&tokens[..n], &[], &mut caches, None)?];
+            for &token in &tokens[n..] {
+                let row = model.forward(&[token], &[], &mut caches, None)?;
+                row.eval()?;
+                parts.push(row);
+            }
+            mlx_rs::ops::concatenate(&parts, 0)?
+        }
+        None => model.forward(tokens, &[], &mut caches, if all { None } else { Some(1) })?,
+    };
+    let rows = if all || prefill.is_some() { rows } else { rows.reshape(&[-1])? };
+    write_f32(out, "logits", &rows)
+}
+
+/// Writes one float32 tensor to a safetensors file.
+fn write_f32(path: &Path, name: &str, array: &Array) -> Result<()> {
+    let array = array.as_dtype(Dtype::Float32)?;
+    array.eval()?;
+    let data: Vec<u8> = array.as_slice::<f32>().iter().flat_map(|v| v.to_le_bytes()).collect();
+    let shape: Vec<usize> = array.shape().iter().map(|&d| d as usize).collect();
+    let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, &data)?;
+    safetensors::serialize_to_file([(name, view)], None, path)?;
+    Ok(())
+}

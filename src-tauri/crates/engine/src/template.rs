@@ -1,0 +1,571 @@
+//! The checkpoint's own chat template, rendered like Hugging Face `apply_chat_template`,
+//! and the expansion of image placeholders into soft-token runs.
+//!
+//! The template is never rewritten in Rust: whatever `chat_template.jinja` (or the
+//! `chat_template` of tokenizer_config.json) says is what the prompt becomes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use minijinja::value::{Kwargs, Serde};
+use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
+use serde::Serialize;
+
+use crate::tokenizer::SpecialTokens;
+
+/// The chat template file of a checkpoint, preferred over tokenizer_config.json's string.
+pub const TEMPLATE_FILE: &str = "chat_template.jinja";
+/// Tokenizer settings: the token strings the template sees (`bos_token`, …).
+pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
+
+const TEMPLATE_NAME: &str = "chat_template";
+
+/// Everything that can go wrong loading or rendering a chat template.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    /// A checkpoint file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// tokenizer_config.json is not valid JSON.
+    #[error("{path} is not valid JSON: {source}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The checkpoint has no chat template at all.
+    #[error("{dir} has no chat template ({TEMPLATE_FILE}, or `chat_template` in {TOKENIZER_CONFIG_FILE})")]
+    Missing {
+        /// The checkpoint folder.
+        dir: PathBuf,
+    },
+    /// A field of tokenizer_config.json has an unexpected shape.
+    #[error("{path}: `{field}` must be {expected}")]
+    InvalidField {
+        /// The file.
+        path: PathBuf,
+        /// The field.
+        field: String,
+        /// What was expected, in words.
+        expected: &'static str,
+    },
+    /// The template does not parse.
+    #[error("the chat template from {origin} does not parse: {source}")]
+    Syntax {
+        /// Where the template came from.
+        origin: PathBuf,
+        /// Why.
+        #[source]
+        source: JinjaError,
+    },
+    /// Rendering failed, including the template's own `raise_exception(...)`.
+    #[error("the chat template from {origin} cannot render this conversation: {source}")]
+    Render {
+        /// Where the template came from.
+        origin: PathBuf,
+        /// Why.
+        #[source]
+        source: JinjaError,
+    },
+    /// The prompt holds a different number of image placeholders than images were given.
+    #[error("the prompt has {found} image placeholder(s) but {expected} image(s) were given")]
+    ImageCount {
+        /// Number of images.
+        expected: usize,
+        /// Number of placeholders in the prompt.
+        found: usize,
+    },
+    /// Images were given to a checkpoint whose config names no image tokens.
+    #[error("this checkpoint takes no images (its config.json has no image_token_id)")]
+    NoImageTokens,
+}
+
+/// Result of this module.
+pub type Result<T, E = TemplateError> = std::result::Result<T, E>;
+
+/// Who wrote a message. The template decides how each is written (Gemma: `model` for
+/// the assistant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Instructions for the whole conversation.
+    System,
+    /// The person.
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One piece of a message, serialized as HF processors pass content items:
+/// `{"type": "text", "text": …}` and `{"type": "image"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Part {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image; the template writes its placeholder here.
+    Image,
+}
+
+/// One message of a conversation.
+///
+/// Serialized as HF callers pass messages: `content` is a plain string when the message is
+/// text only (templates `trim` a system message's content, which on a list would print its
+/// Python repr), and a list of `{"type": …}` items as soon as it holds an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Who wrote it.
+    pub role: Role,
+    /// What it holds, in order.
+    pub content: Vec<Part>,
+}
+
+impl Message {
+    /// A message holding only text.
+    pub fn text(role: Role, text: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: vec![Part::Text { text: text.into() }],
+        }
+    }
+
+    /// A message of several parts.
+    pub fn new(role: Role, content: Vec<Part>) -> Self {
+        Self { role, content }
+    }
+}
+
+impl Serialize for Message {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("role", &self.role)?;
+        match self.content.as_slice() {
+            [] => map.serialize_entry("content", "")?,
+            [Part::Text { text }] => map.serialize_entry("content", text)?,
+            parts => map.serialize_entry("content", parts)?,
+        }
+        map.end()
+    }
+}
+
+/// Switches of one rendering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RenderOptions {
+    /// End with the opening of a model turn, ready for generation.
+    pub add_generation_prompt: bool,
+    /// Passed as `enable_thinking`; Gemma 4 then writes `<|think|>` in the system turn.
+    pub enable_thinking: bool,
+}
+
+/// A compiled chat template with the token strings it is rendered with.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    tokens: Vec<(String, String)>,
+    origin: PathBuf,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("origin", &self.origin)
+            .field("tokens", &self.tokens)
+            .finish()
+    }
+}
+
+impl ChatTemplate {
+    /// Loads the template of the checkpoint in `dir`: `chat_template.jinja` if present,
+    /// else the `chat_template` of tokenizer_config.json. Token strings (`bos_token`,
+    /// `eos_token`, …) come from tokenizer_config.json when it exists.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let config_path = dir.join(TOKENIZER_CONFIG_FILE);
+        let config = if config_path.exists() {
+            let bytes = std::fs::read(&config_path).map_err(|source| TemplateError::Io {
+                path: config_path.clone(),
+                source,
+            })?;
+            let json: serde_json::Value =
+                serde_json::from_slice(&bytes).map_err(|source| TemplateError::Json {
+                    path: config_path.clone(),
+                    source,
+                })?;
+            Some(json)
+        } else {
+            None
+        };
+
+        let file = dir.join(TEMPLATE_FILE);
+        let (source, origin) = if file.exists() {
+            let source = std::fs::read_to_string(&file).map_err(|source| TemplateError::Io {
+                path: file.clone(),
+                source,
+            })?;
+            (source, file)
+        } else {
+            let embedded = match &config {
+                Some(json) => embedded_template(&config_path, json)?,
+                None => None,
+            };
+            match embedded {
+                Some(source) => (source, config_path.clone()),
+                None => {
+                    return Err(TemplateError::Missing {
+                        dir: dir.to_owned(),
+                    })
+                }
+            }
+        };
+
+        // HF passes the tokenizer's named special tokens (`bos_token`, `eos_token`, and in
+        // transformers 5 also model-specific ones like `image_token`) as template variables.
+        let mut tokens = Vec::new();
+        if let Some(serde_json::Value::Object(fields)) = &config {
+            for name in fields.keys().filter(|name| name.ends_with("_token")) {
+                if let Some(text) = token_string(&config_path, &fields[name], name)? {
+                    tokens.push((name.clone(), text));
+                }
+            }
+        }
+        Self::from_source(source, tokens, origin)
+    }
+
+    /// Compiles a template from its text. `tokens` are the variables `bos_token`,
+    /// `eos_token`, … it is rendered with; `origin` names it in errors.
+    pub fn from_source(
+        source: String,
+        tokens: Vec<(String, String)>,
+        origin: impl Into<PathBuf>,
+    ) -> Result<Self> {
+        let origin = origin.into();
+        let mut env = hf_environment();
+        env.add_template_owned(TEMPLATE_NAME, source)
+            .map_err(|source| TemplateError::Syntax {
+                origin: origin.clone(),
+                source,
+            })?;
+        Ok(Self {
+            env,
+            tokens,
+            origin,
+        })
+    }
+
+    /// Where the template came from.
+    pub fn origin(&self) -> &Path {
+        &self.origin
+    }
+
+    /// Renders a conversation to the prompt text, as HF `apply_chat_template(messages,
+    /// add_generation_prompt=…, enable_thinking=…, tokenize=False)` does.
+    pub fn render(&self, messages: &[Message], options: RenderOptions) -> Result<String> {
+        let render_error = |source| TemplateError::Render {
+            origin: self.origin.clone(),
+            source,
+        };
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(render_error)?;
+        // Token variables first: like HF, the call's own arguments win over them.
+        let mut context: BTreeMap<&str, Value> = self
+            .tokens
+            .iter()
+            .map(|(name, text)| (name.as_str(), Value::from(text.as_str())))
+            .collect();
+        context.extend([
+            ("messages", Value::from(Serde(messages))),
+            ("tools", Value::from(())),
+            ("documents", Value::from(())),
+            (
+                "add_generation_prompt",
+                Value::from(options.add_generation_prompt),
+            ),
+            ("enable_thinking", Value::from(options.enable_thinking)),
+        ]);
+        let context = Value::from(context);
+        template.render(context).map_err(render_error)
+    }
+}
+
+/// An environment that behaves like the one transformers builds for chat templates:
+/// trim_blocks + lstrip_blocks, loop controls, Python string/dict methods,
+/// `raise_exception` and `strftime_now`.
+fn hf_environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    let syntax = minijinja::syntax::SyntaxConfig::builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build();
+    // The default delimiters always build; fall back to them rather than panic.
+    env.set_syntax(syntax.unwrap_or_default());
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    minijinja_contrib::add_to_environment(&mut env);
+    env.add_function("raise_exception", raise_exception);
+    env.add_function("strftime_now", strftime_now);
+    env.add_filter("tojson", python_tojson);
+    env
+}
+
+fn raise_exception(message: String) -> std::result::Result<Value, JinjaError> {
+    Err(JinjaError::new(ErrorKind::InvalidOperation, message))
+}
+
+fn strftime_now(format: String) -> std::result::Result<String, JinjaError> {
+    let now = jiff::ZonedDateTime::now();
+    let mut out = String::new();
+    use std::fmt::Write;
+    write!(out, "{}", now.strftime(&format)).map_err(|_| {
+        JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: bad format {format:?}"),
+        )
+    })?;
+    Ok(out)
+}
+
+/// `tojson` as transformers defines it: `json.dumps(x, ensure_ascii=False, indent=indent,
+/// separators=separators, sort_keys=sort_keys)`; minijinja's own escapes `<`, `>` and `&`.
+fn python_tojson(value: &Value, kwargs: Kwargs) -> std::result::Result<Value, JinjaError> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    let separators: Option<Vec<String>> = kwargs.get("separators")?;
+    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
+    kwargs.assert_all_used()?;
+    let (item_sep, key_sep) = match separators.as_deref() {
+        Some([item, key]) => (item.clone(), key.clone()),
+        Some(_) => {
+            return Err(JinjaError::new(
+                ErrorKind::InvalidOperation,
+                "tojson: separators must be a pair",
+            ))
+        }
+        None if indent.is_some() => (",".to_owned(), ": ".to_owned()),
+        None => (", ".to_owned(), ": ".to_owned()),
+    };
+    let style = PyJson {
+        indent,
+        item_sep,
+        key_sep,
+        sort_keys: sort_keys.unwrap_or(false),
+        ensure_ascii: ensure_ascii.unwrap_or(false),
+    };
+    let mut out = String::new();
+    style.write(&mut out, value, 0)?;
+    Ok(Value::from_safe_string(out))
+}
+
+struct PyJson {
+    indent: Option<usize>,
+    item_sep: String,
+    key_sep: String,
+    sort_keys: bool,
+    ensure_ascii: bool,
+}
+
+impl PyJson {
+    fn write(
+        &self,
+        out: &mut String,
+        value: &Value,
+        depth: usize,
+    ) -> std::result::Result<(), JinjaError> {
+        use minijinja::value::ValueKind;
+        match value.kind() {
+            ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+            ValueKind::Bool => out.push_str(if value.is_true() { "true" } else { "false" }),
+            ValueKind::Number => {
+                if let Ok(int) = i64::try_from(value.clone()) {
+                    out.push_str(&int.to_string());
+                } else if let Ok(float) = f64::try_from(value.clone()) {
+                    out.push_str(&python_float(float));
+                } else {
+                    out.push_str(&value.to_string());
+                }
+            }
+            ValueKind::String | ValueKind::Bytes => {
+                self.write_string(out, value.as_str().unwrap_or_default())
+            }
+            ValueKind::Seq | ValueKind::Iterable => {
+                let items: Vec<Value> = value.try_iter()?.collect();
+                self.write_container(out, '[', ']', items.len(), depth, |this, out, i| {
+                    this.write(out, &items[i], depth + 1)
+                })?;
+            }
+            ValueKind::Map => {
+                let mut keys: Vec<Value> = value.try_iter()?.collect();
+                if self.sort_keys {
+                    keys.sort();
+                }
+                self.write_container(out, '{', '}', keys.len(), depth, |this, out, i| {
+                    let key = &keys[i];
+                    match key.as_str() {
+                        Some(text) => this.write_string(out, text),
+                        None => this.write_string(out, &key.to_string()),
+                    }
+                    out.push_str(&this.key_sep);
+                    this.write(out, &value.get_item(key)?, depth + 1)
+                })?;
+            }
+            _ => self.write_string(out, &value.to_string()),
+        }
+        Ok(())
+    }
+
+    fn write_container(
+        &self,
+        out: &mut String,
+        open: char,
+        close: char,
+        len: usize,
+        depth: usize,
+        mut item: impl FnMut(&Self, &mut String, usize) -> std::result::Result<(), JinjaError>,
+    ) -> std::result::Result<(), JinjaError> {
+        out.push(open);
+        if len == 0 {
+            out.push(close);
+            return Ok(());
+        }
+        for i in 0..len {
+            if i > 0 {
+                out.push_str(&self.item_sep);
+            }
+            if let Some(indent) = self.indent {
+                out.push('\n');
+                out.push_str(&" ".repeat(indent * (depth + 1)));
+            }
+            item(self, out, i)?;
+        }
+        if let Some(indent) = self.indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(indent * depth));
+        }
+        out.push(close);
+        Ok(())
+    }
+
+    fn write_string(&self, out: &mut String, text: &str) {
+        out.push('"');
+        for c in text.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{08}' => out.push_str("\\b"),
+                '\u{0c}' => out.push_str("\\f"),
+                c if (c as u32) < 0x20 || (self.ensure_ascii && !c.is_ascii()) => {
+                    let mut units = [0u16; 2];
+                    for unit in c.encode_utf16(&mut units) {
+                        out.push_str(&format!("\\u{unit:04x}"));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+}
+
+/// Python's `repr(float)` for the values JSON can carry.
+fn python_float(value: f64) -> String {
+    if value.is_nan() {
+        "NaN".to_owned()
+    } else if value.is_infinite() {
+        if value > 0.0 { "Infinity" } else { "-Infinity" }.to_owned()
+    } else if value.fract() == 0.0 && value.abs() < 1e16 {
+        format!("{value:.1}")
+    } else {
+        format!("{value}")
+    }
+}
+
+/// The `chat_template` of tokenizer_config.json: a string, or HF's list of
+/// `{name, template}` of which the one named `default` is used.
+fn embedded_template(path: &Path, json: &serde_json::Value) -> Result<Option<String>> {
+    let invalid = || TemplateError::InvalidField {
+        path: path.to_owned(),
+        field: "chat_template".into(),
+        expected: "a string or a list of {name, template} with a `default`",
+    };
+    match json.get("chat_template") {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(text)) => Ok(Some(text.clone())),
+        Some(serde_json::Value::Array(items)) => {
+            let default = items
+                .iter()
+                .find(|item| item.get("name").and_then(|n| n.as_str()) == Some("default"))
+                .and_then(|item| item.get("template"))
+                .and_then(|t| t.as_str())
+                .ok_or_else(invalid)?;
+            Ok(Some(default.to_owned()))
+        }
+        Some(_) => Err(invalid()),
+    }
+}
+
+/// A token string of tokenizer_config.json: either `"<bos>"` or `{"content": "<bos>", …}`.
+fn token_string(path: &Path, value: &serde_json::Value, field: &str) -> Result<Option<String>> {
+    match value {
+        serde_json::Value::Null => Ok(None),
+        serde_json::Value::String(text) => Ok(Some(text.clone())),
+        object => match object.get("content").and_then(|c| c.as_str()) {
+            Some(text) => Ok(Some(text.to_owned())),
+            None => Err(TemplateError::InvalidField {
+                path: path.to_owned(),
+                field: field.to_owned(),
+                expected: "a string or an object with a `content` string",
+            }),
+        },
+    }
+}
+
+/// Replaces each image placeholder id in `ids` by `begin, placeholder × n, end`, where `n`
+/// is the soft-token count of that image (in order). Fails when the prompt holds a
+/// different number of placeholders than `soft_tokens_per_image` has entries.
+pub fn expand_image_placeholders(
+    ids: &[u32],
+    soft_tokens_per_image: &[usize],
+    special: &SpecialTokens,
+) -> Result<Vec<u32>> {
+    let Some(image) = special.image else {
+        if soft_tokens_per_image.is_empty() {
+            return Ok(ids.to_vec());
+        }
+        return Err(TemplateError::NoImageTokens);
+    };
+    let found = ids.iter().filter(|&&id| id == image.placeholder).count();
+    if found != soft_tokens_per_image.len() {
+        return Err(TemplateError::ImageCount {
+            expected: soft_tokens_per_image.len(),
+            found,
+        });
+    }
+    let extra: usize = soft_tokens_per_image.iter().map(|n| n + 1).sum();
+    let mut out = Vec::with_capacity(ids.len() + extra);
+    let mut counts = soft_tokens_per_image.iter();
+    for &id in ids {
+        if id != image.placeholder {
+            out.push(id);
+            continue;
+        }
+        // The counts agree, so every placeholder has its entry.
+        let n = counts.next().copied().unwrap_or(0);
+        out.push(image.begin);
+        out.extend(std::iter::repeat_n(image.placeholder, n));
+        out.push(image.end);
+    }
+    Ok(out)
+}

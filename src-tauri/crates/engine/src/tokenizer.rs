@@ -1,0 +1,454 @@
+//! The checkpoint's tokenizer (`tokenizer.json`) and its special token ids.
+//!
+//! Special ids are always read from the checkpoint (config.json, generation_config.json,
+//! tokenizer.json), never written in code: test checkpoints use small vocabularies whose
+//! ids differ from the real Gemma 4 ones.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// File names inside a checkpoint folder.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+/// The model config, holding the media and bos/pad ids.
+pub const CONFIG_FILE: &str = "config.json";
+/// Generation defaults, holding the stop ids and sampling defaults.
+pub const GENERATION_CONFIG_FILE: &str = "generation_config.json";
+
+/// Text of the turn-open marker (`<|turn>user\n…`).
+pub const TURN_OPEN: &str = "<|turn>";
+/// Text of the turn-close marker; the usual end of an answer.
+pub const TURN_CLOSE: &str = "<turn|>";
+/// Text of the marker that switches thinking on inside the system turn.
+pub const THINK: &str = "<|think|>";
+/// Text of the marker that opens the reasoning channel (`<|channel>thought\n…`).
+pub const CHANNEL_OPEN: &str = "<|channel>";
+/// Text of the marker that closes the reasoning channel.
+pub const CHANNEL_CLOSE: &str = "<channel|>";
+
+/// Everything that can go wrong loading or using a tokenizer.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    /// A checkpoint file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A JSON file of the checkpoint is not valid JSON.
+    #[error("{path} is not valid JSON: {source}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// `tokenizer.json` parsed as JSON but is not a tokenizer the `tokenizers` crate can load.
+    #[error("{path} is not a valid tokenizer: {source}")]
+    Load {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: tokenizers::Error,
+    },
+    /// A required field is absent from a checkpoint file.
+    #[error("{path} has no `{field}`")]
+    MissingField {
+        /// The file.
+        path: PathBuf,
+        /// The field, dotted for nested ones.
+        field: String,
+    },
+    /// A field has the wrong type or an impossible value.
+    #[error("{path}: `{field}` must be {expected}, found {found}")]
+    InvalidField {
+        /// The file.
+        path: PathBuf,
+        /// The field, dotted for nested ones.
+        field: String,
+        /// What was expected, in words.
+        expected: &'static str,
+        /// What was found.
+        found: String,
+    },
+    /// A control token the chat format needs is not in the vocabulary.
+    #[error("{path} has no token {token:?}, which the Gemma 4 chat format needs")]
+    MissingToken {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// The token text.
+        token: &'static str,
+    },
+    /// A config names a token id the tokenizer does not know.
+    #[error("{path}: `{field}` is {id}, which is not in the tokenizer's vocabulary")]
+    UnknownId {
+        /// The config file.
+        path: PathBuf,
+        /// The field naming the id.
+        field: String,
+        /// The id.
+        id: u32,
+    },
+    /// Encoding text failed.
+    #[error("cannot encode the prompt: {0}")]
+    Encode(#[source] tokenizers::Error),
+    /// Decoding ids failed.
+    #[error("cannot decode tokens: {0}")]
+    Decode(#[source] tokenizers::Error),
+}
+
+/// Result of this module.
+pub type Result<T, E = TokenizerError> = std::result::Result<T, E>;
+
+/// A loaded `tokenizer.json`.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("path", &self.path)
+            .field("vocab_size", &self.vocab_size())
+            .finish()
+    }
+}
+
+impl Tokenizer {
+    /// Loads `tokenizer.json` from a checkpoint folder.
+    pub fn load(dir: &Path) -> Result<Self> {
+        Self::from_file(&dir.join(TOKENIZER_FILE))
+    }
+
+    /// Loads a tokenizer from a `tokenizer.json` file.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|source| TokenizerError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        // Parse once as plain JSON first so a truncated file reads as "not JSON", not as a
+        // confusing serde error from deep inside the tokenizers crate.
+        serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).map_err(|source| {
+            TokenizerError::Json {
+                path: path.to_owned(),
+                source,
+            }
+        })?;
+        let inner =
+            tokenizers::Tokenizer::from_bytes(&bytes).map_err(|source| TokenizerError::Load {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            inner,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Wraps an already built tokenizer; `origin` names it in error messages.
+    pub fn from_tokenizer(inner: tokenizers::Tokenizer, origin: impl Into<PathBuf>) -> Self {
+        Self {
+            inner,
+            path: origin.into(),
+        }
+    }
+
+    /// Where this tokenizer came from (used in error messages).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The underlying `tokenizers` tokenizer.
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
+    /// Encodes a rendered prompt. Adds nothing: the chat template writes `<bos>` itself.
+    /// Control tokens written in the text (`<|turn>`, `<|image|>`, …) become their ids.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let encoding = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(TokenizerError::Encode)?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// Decodes ids to text; `skip_special` drops control tokens (`<bos>`, `<|turn>`, …).
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.inner
+            .decode(ids, skip_special)
+            .map_err(TokenizerError::Decode)
+    }
+
+    /// The id of a token given by its text, added tokens included.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// The text of a token id.
+    pub fn token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// Number of ids, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    fn require_token(&self, token: &'static str) -> Result<u32> {
+        self.token_id(token)
+            .ok_or_else(|| TokenizerError::MissingToken {
+                path: self.path.clone(),
+                token,
+            })
+    }
+}
+
+/// Ids of one media kind: the single placeholder the template writes, and the begin/end
+/// markers the engine wraps around the expanded soft tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MediaTokens {
+    /// The soft-token placeholder (`<|image|>`), repeated once per soft token after expansion.
+    pub placeholder: u32,
+    /// Begin marker (`<|image>`).
+    pub begin: u32,
+    /// End marker (`<image|>`).
+    pub end: u32,
+}
+
+/// The special ids of one checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecialTokens {
+    /// Start of every prompt.
+    pub bos: u32,
+    /// Padding, if the config names one.
+    pub pad: Option<u32>,
+    /// Ids that end generation (generation_config.json `eos_token_id`).
+    pub eos: BTreeSet<u32>,
+    /// Image ids, if the checkpoint takes images.
+    pub image: Option<MediaTokens>,
+    /// Audio ids, if the checkpoint takes audio.
+    pub audio: Option<MediaTokens>,
+    /// `<|turn>`.
+    pub turn_open: u32,
+    /// `<turn|>`.
+    pub turn_close: u32,
+    /// `<|think|>`, if the vocabulary has it.
+    pub think: Option<u32>,
+    /// `<|channel>`, if the vocabulary has it.
+    pub channel_open: Option<u32>,
+    /// `<channel|>`, if the vocabulary has it.
+    pub channel_close: Option<u32>,
+}
+
+impl SpecialTokens {
+    /// Reads the special ids of the checkpoint in `dir`: `config.json` (required),
+    /// `generation_config.json` (optional; stop ids fall back to config.json's `eos_token_id`)
+    /// and the turn/thinking markers looked up by text in `tokenizer`.
+    pub fn load(dir: &Path, tokenizer: &Tokenizer) -> Result<Self> {
+        let config_path = dir.join(CONFIG_FILE);
+        let config = read_json(&config_path)?;
+        let generation_path = dir.join(GENERATION_CONFIG_FILE);
+        let generation = if generation_path.exists() {
+            Some(read_json(&generation_path)?)
+        } else {
+            None
+        };
+        Self::from_configs(
+            &config_path,
+            &config,
+            generation.as_ref().map(|g| (generation_path.as_path(), g)),
+            tokenizer,
+        )
+    }
+
+    /// Builds the ids from already parsed config files; paths name them in errors.
+    pub fn from_configs(
+        config_path: &Path,
+        config: &Value,
+        generation: Option<(&Path, &Value)>,
+        tokenizer: &Tokenizer,
+    ) -> Result<Self> {
+        let ids = ConfigIds {
+            path: config_path,
+            json: config,
+            tokenizer,
+        };
+        let bos = ids
+            .get("bos_token_id")?
+            .ok_or_else(|| TokenizerError::MissingField {
+                path: config_path.to_owned(),
+                field: "bos_token_id".into(),
+            })?;
+        let pad = ids.get("pad_token_id")?;
+
+        let from_generation = match generation {
+            Some((path, json)) => eos_ids(path, json, tokenizer)?,
+            None => None,
+        };
+        let eos = match from_generation {
+            Some(eos) => eos,
+            None => eos_ids(config_path, config, tokenizer)?.ok_or_else(|| {
+                TokenizerError::MissingField {
+                    path: generation
+                        .map_or_else(|| config_path.to_owned(), |(path, _)| path.to_owned()),
+                    field: "eos_token_id".into(),
+                }
+            })?,
+        };
+
+        let image = ids.media("image_token_id", "boi_token_id", &["eoi_token_id"])?;
+        let audio = ids.media(
+            "audio_token_id",
+            "boa_token_id",
+            &["eoa_token_id", "eoa_token_index"],
+        )?;
+
+        Ok(Self {
+            bos,
+            pad,
+            eos,
+            image,
+            audio,
+            turn_open: tokenizer.require_token(TURN_OPEN)?,
+            turn_close: tokenizer.require_token(TURN_CLOSE)?,
+            think: tokenizer.token_id(THINK),
+            channel_open: tokenizer.token_id(CHANNEL_OPEN),
+            channel_close: tokenizer.token_id(CHANNEL_CLOSE),
+        })
+    }
+
+    /// Whether generation must stop after this id.
+    pub fn is_stop(&self, id: u32) -> bool {
+        self.eos.contains(&id)
+    }
+}
+
+/// Reads and parses a JSON file, naming it in errors.
+pub(crate) fn read_json(path: &Path) -> Result<Value> {
+    let bytes = std::fs::read(path).map_err(|source| TokenizerError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    serde_json::from_slice(&bytes).map_err(|source| TokenizerError::Json {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Id fields of config.json: top level first, then `text_config` (where some exports keep
+/// bos/pad/eos), each checked against the tokenizer.
+struct ConfigIds<'a> {
+    path: &'a Path,
+    json: &'a Value,
+    tokenizer: &'a Tokenizer,
+}
+
+impl ConfigIds<'_> {
+    fn get(&self, field: &str) -> Result<Option<u32>> {
+        let (value, name) = match self.json.get(field) {
+            Some(value) if !value.is_null() => (value, field.to_owned()),
+            _ => match self.json.get("text_config").and_then(|t| t.get(field)) {
+                Some(value) if !value.is_null() => (value, format!("text_config.{field}")),
+                _ => return Ok(None),
+            },
+        };
+        let id = token_id(self.path, &name, value)?;
+        check_known(self.path, &name, id, self.tokenizer)?;
+        Ok(Some(id))
+    }
+
+    /// A media kind is present when its placeholder id is; then begin and end are required.
+    fn media(&self, placeholder: &str, begin: &str, end: &[&str]) -> Result<Option<MediaTokens>> {
+        let Some(placeholder) = self.get(placeholder)? else {
+            return Ok(None);
+        };
+        let require = |field: &str| -> Result<u32> {
+            self.get(field)?
+                .ok_or_else(|| TokenizerError::MissingField {
+                    path: self.path.to_owned(),
+                    field: field.to_owned(),
+                })
+        };
+        let begin = require(begin)?;
+        let mut end_id = None;
+        for field in end {
+            if let Some(id) = self.get(field)? {
+                end_id = Some(id);
+                break;
+            }
+        }
+        let end = match end_id {
+            Some(id) => id,
+            None => require(end[0])?,
+        };
+        Ok(Some(MediaTokens {
+            placeholder,
+            begin,
+            end,
+        }))
+    }
+}
+
+/// `eos_token_id` as an int or a list of ints; `None` when absent or null.
+fn eos_ids(path: &Path, json: &Value, tokenizer: &Tokenizer) -> Result<Option<BTreeSet<u32>>> {
+    let value = match json.get("eos_token_id") {
+        Some(value) if !value.is_null() => value,
+        _ => return Ok(None),
+    };
+    let mut ids = BTreeSet::new();
+    match value {
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let field = format!("eos_token_id[{i}]");
+                let id = token_id(path, &field, item)?;
+                check_known(path, &field, id, tokenizer)?;
+                ids.insert(id);
+            }
+        }
+        single => {
+            let id = token_id(path, "eos_token_id", single)?;
+            check_known(path, "eos_token_id", id, tokenizer)?;
+            ids.insert(id);
+        }
+    }
+    if ids.is_empty() {
+        return Err(TokenizerError::InvalidField {
+            path: path.to_owned(),
+            field: "eos_token_id".into(),
+            expected: "an id or a non-empty list of ids",
+            found: "[]".into(),
+        });
+    }
+    Ok(Some(ids))
+}
+
+fn token_id(path: &Path, field: &str, value: &Value) -> Result<u32> {
+    value
+        .as_u64()
+        .and_then(|id| u32::try_from(id).ok())
+        .ok_or_else(|| TokenizerError::InvalidField {
+            path: path.to_owned(),
+            field: field.to_owned(),
+            expected: "a token id (a non-negative integer)",
+            found: value.to_string(),
+        })
+}
+
+fn check_known(path: &Path, field: &str, id: u32, tokenizer: &Tokenizer) -> Result<()> {
+    if tokenizer.token(id).is_none() {
+        return Err(TokenizerError::UnknownId {
+            path: path.to_owned(),
+            field: field.to_owned(),
+            id,
+        });
+    }
+    Ok(())
+}

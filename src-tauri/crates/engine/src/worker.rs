@@ -1,0 +1,202 @@
+//! The engine thread. MLX state stays on one thread; the app talks to it through channels:
+//! requests in, token / usage / error events out. Cancellation is a flag checked between tokens.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use gemma::{LoadOptions, Model};
+use serde::Serialize;
+
+use crate::generate::{generate, GenerateOptions, Session, Usage};
+use crate::template::{ChatTemplate, Message, RenderOptions};
+use crate::tokenizer::{SpecialTokens, Tokenizer};
+
+/// Errors the engine reports (also inside events).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("no model is loaded")]
+    NoModel,
+    #[error("the engine thread has stopped")]
+    Stopped,
+    #[error(transparent)]
+    Model(#[from] gemma::Error),
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
+    #[error(transparent)]
+    Template(#[from] crate::template::TemplateError),
+    #[error(transparent)]
+    Generate(#[from] crate::generate::GenerateError),
+}
+
+/// A loaded model folder: weights, tokenizer, template and special ids.
+pub struct LoadedModel {
+    pub dir: PathBuf,
+    pub model: Model,
+    pub tokenizer: Tokenizer,
+    pub template: ChatTemplate,
+    pub specials: SpecialTokens,
+}
+
+impl LoadedModel {
+    /// Loads everything a chat needs from `dir`.
+    pub fn load(dir: &Path, options: &LoadOptions) -> Result<Self, EngineError> {
+        let model = Model::load(dir, options)?;
+        let tokenizer = Tokenizer::load(dir)?;
+        let template = ChatTemplate::load(dir)?;
+        let specials = SpecialTokens::load(dir, &tokenizer)?;
+        Ok(Self { dir: dir.to_path_buf(), model, tokenizer, template, specials })
+    }
+
+    /// Renders and tokenizes a conversation, ready for generation.
+    pub fn prompt_ids(&self, messages: &[Message], thinking: bool) -> Result<Vec<u32>, EngineError> {
+        let text = self.template.render(messages, RenderOptions { add_generation_prompt: true, enable_thinking: thinking })?;
+        Ok(self.tokenizer.encode(&text)?)
+    }
+}
+
+/// A chat turn to answer.
+#[derive(Debug, Clone)]
+pub struct ChatRequest {
+    /// Identifies the conversation whose cache may be reused.
+    pub conversation: String,
+    pub messages: Vec<Message>,
+    pub thinking: bool,
+    pub options: GenerateOptions,
+}
+
+/// What the engine streams about one generation.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum Event {
+    #[serde(rename_all = "camelCase")]
+    Delta { generation_id: u64, delta: String, token_count: usize },
+    #[serde(rename_all = "camelCase")]
+    Done { generation_id: u64, usage: Usage },
+    #[serde(rename_all = "camelCase")]
+    Error { generation_id: u64, message: String },
+}
+
+enum Command {
+    Load { dir: PathBuf, options: LoadOptions, reply: Sender<Result<(), EngineError>> },
+    Generate { id: u64, request: ChatRequest, cancel: Arc<AtomicBool>, events: Box<dyn FnMut(Event) + Send> },
+    Shutdown,
+}
+
+/// Handle to the engine thread.
+pub struct Engine {
+    commands: Sender<Command>,
+    next_id: AtomicU64,
+    running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Engine {
+    /// Starts the engine thread.
+    pub fn spawn() -> Self {
+        let (commands, inbox) = channel();
+        let running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>> = Arc::default();
+        let finished = running.clone();
+        let thread = std::thread::Builder::new()
+            .name("gemma-engine".into())
+            .spawn(move || run(inbox, finished))
+            .ok();
+        Self { commands, next_id: AtomicU64::new(1), running, thread }
+    }
+
+    /// Loads a model folder (blocking until loaded or failed).
+    pub fn load(&self, dir: &Path, options: LoadOptions) -> Result<(), EngineError> {
+        let (reply, answer) = channel();
+        self.commands.send(Command::Load { dir: dir.to_path_buf(), options, reply }).map_err(|_| EngineError::Stopped)?;
+        answer.recv().map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Queues a generation; events arrive through `events` on the engine thread. Returns its id.
+    pub fn generate(&self, request: ChatRequest, events: impl FnMut(Event) + Send + 'static) -> Result<u64, EngineError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let cancel = Arc::new(AtomicBool::new(false));
+        if let Ok(mut running) = self.running.lock() {
+            running.insert(id, cancel.clone());
+        }
+        self.commands
+            .send(Command::Generate { id, request, cancel, events: Box::new(events) })
+            .map_err(|_| EngineError::Stopped)?;
+        Ok(id)
+    }
+
+    /// Asks a generation to stop after the current token; true if it was queued or running.
+    pub fn cancel(&self, id: u64) -> bool {
+        match self.running.lock().ok().and_then(|r| r.get(&id).cloned()) {
+            Some(flag) => {
+                flag.store(true, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if let Ok(running) = self.running.lock() {
+            running.values().for_each(|f| f.store(true, Ordering::Relaxed));
+        }
+        let _ = self.commands.send(Command::Shutdown);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(inbox: Receiver<Command>, running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>>) {
+    let mut loaded: Option<LoadedModel> = None;
+    // One conversation's cache is kept: enough for follow-ups, bounded memory.
+    let mut session: Option<(String, Session)> = None;
+    while let Ok(command) = inbox.recv() {
+        match command {
+            Command::Shutdown => break,
+            Command::Load { dir, options, reply } => {
+                session = None;
+                loaded = None;
+                let result = LoadedModel::load(&dir, &options).map(|m| loaded = Some(m));
+                let _ = reply.send(result);
+            }
+            Command::Generate { id, request, cancel, mut events } => {
+                let result = answer(loaded.as_ref(), &mut session, id, &request, &cancel, &mut events);
+                match result {
+                    Ok(usage) => events(Event::Done { generation_id: id, usage }),
+                    Err(e) => events(Event::Error { generation_id: id, message: e.to_string() }),
+                }
+                if let Ok(mut r) = running.lock() {
+                    r.remove(&id);
+                }
+            }
+        }
+    }
+}
+
+fn answer(
+    loaded: Option<&LoadedModel>,
+    session: &mut Option<(String, Session)>,
+    id: u64,
+    request: &ChatRequest,
+    cancel: &AtomicBool,
+    events: &mut Box<dyn FnMut(Event) + Send>,
+) -> Result<Usage, EngineError> {
+    let m = loaded.ok_or(EngineError::NoModel)?;
+    let prompt = m.prompt_ids(&request.messages, request.thinking)?;
+    let mut current = match session.take() {
+        Some((conversation, s)) if conversation == request.conversation => s,
+        _ => Session::new(&m.model),
+    };
+    let mut count = 0;
+    let result = generate(&m.model, &mut current, &prompt, &[], &m.tokenizer, &m.specials, &request.options, cancel, |d| {
+        count += 1;
+        events(Event::Delta { generation_id: id, delta: d.text, token_count: count });
+    });
+    *session = Some((request.conversation.clone(), current));
+    Ok(result?)
+}
