@@ -29,11 +29,13 @@ APT_PACKAGES := build-essential pkg-config curl file libssl-dev libclang-dev \
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 APP := target/debug/gemma-desk
+CLI := target/debug/gemma-desk-cli
+FIXTURES := tests/out/fixtures
 TAURI_DRIVER := $(DEPS)/cargo/bin/tauri-driver
 PYENV := $(DEPS)/py
 
 .PHONY: run test deps system-deps mlx-wheel ui-deps ui py-deps tauri-driver \
-        test-rust test-ui test-parity test-e2e app lint clean-deps
+        fixtures test-rust test-ui test-parity test-e2e app lint clean-deps
 
 # ---------------------------------------------------------------- the two commands
 run: deps ui
@@ -90,15 +92,24 @@ $(TAURI_DRIVER):
 clean-deps:
 	rm -rf $(DEPS) ui/node_modules
 
+# Random-weight checkpoints in the exact mlx-community layout (regenerated when the generator changes).
+fixtures: $(FIXTURES)/.stamp
+$(FIXTURES)/.stamp: $(PYENV)/.installed $(wildcard tests/fixtures/*)
+	rm -rf $(FIXTURES) && mkdir -p $(FIXTURES)
+	for v in tiny tiny-optiq tiny-plmp-bf16; do \
+	  $(PYENV)/bin/python tests/fixtures/make_checkpoint.py --variant $$v --out $(FIXTURES)/$$v || exit 1; done
+	touch $@
+
 # ---------------------------------------------------------------- tests
-test-rust:
-	cargo test --workspace --all-targets
+test-rust: fixtures
+	GEMMA_FIXTURES=$(ROOT)/$(FIXTURES) cargo test --workspace --all-targets
 
 test-ui:
 	cd ui && npm test
 
-test-parity:
-	$(PYENV)/bin/python tests/parity/run_all.py
+test-parity: fixtures
+	cargo build -p engine --bin gemma-desk-cli
+	$(PYENV)/bin/python tests/parity/run_all.py --cli $(CLI) --fixtures $(FIXTURES)
 
 test-e2e: app
 	tests/e2e/run.sh $(APP)

@@ -1,14 +1,20 @@
 //! Key/value caches of the cache-owning layers, behind one small interface.
 //!
-//! Buffers are kept in temporal order. A sliding cache keeps the last `window − 1` positions and
-//! appends the new ones, so every query sees exactly its own `window` positions (the masks do
-//! the rest); shared layers attend the same buffer in the same forward call, as in mlx-vlm.
+//! Buffers are kept in temporal order. A sliding cache keeps the last `window − 1` positions
+//! (plus [`REWIND_SLACK`] more, so a follow-up turn can rewind a few tokens) and appends the new
+//! ones; the window mask gives every query exactly its own `window` positions. Shared layers
+//! attend the same buffer in the same forward call, as in mlx-vlm.
 
 use mlx_rs::ops::concatenate;
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::Array;
 
 use crate::error::{Error, Result};
+
+/// Extra positions a sliding cache keeps beyond its window so that the next turn of a chat can
+/// drop the last few tokens (a re-tokenized answer rarely matches the sampled ids to the end)
+/// without re-prefilling the whole conversation.
+pub const REWIND_SLACK: usize = 64;
 
 /// One owning layer's cache.
 pub enum KvCache {
@@ -86,7 +92,7 @@ impl KvCache {
     pub fn keys_after(&self, new: usize) -> usize {
         match self {
             KvCache::Full(b) => b.len() + new,
-            KvCache::Sliding { buffer, window } => buffer.len().min(window - 1) + new,
+            KvCache::Sliding { buffer, window } => buffer.len().min(window - 1 + REWIND_SLACK) + new,
         }
     }
 
@@ -100,7 +106,7 @@ impl KvCache {
     pub fn update_and_fetch(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
         match self {
             KvCache::Full(b) => b.append(keys, values, None),
-            KvCache::Sliding { buffer, window } => buffer.append(keys, values, Some(*window - 1)),
+            KvCache::Sliding { buffer, window } => buffer.append(keys, values, Some(*window - 1 + REWIND_SLACK)),
         }
     }
 
