@@ -1,0 +1,135 @@
+//! The generation loop on a tiny real-layout checkpoint: prompt-cache reuse, limits, stop
+//! reasons and cancellation through the engine thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+use engine::generate::{generate, GenerateError, GenerateOptions, Session, StopReason};
+use engine::sampler::SamplerConfig;
+use engine::template::{Message, Role};
+use engine::worker::{ChatRequest, Engine, Event, LoadedModel};
+use gemma::LoadOptions;
+
+fn fixture() -> PathBuf {
+    let root = std::env::var_os("GEMMA_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures"));
+    let dir = root.join("tiny");
+    assert!(dir.join("config.json").exists(), "fixture {} missing: run `make fixtures`", dir.display());
+    dir
+}
+
+fn greedy(max_tokens: usize) -> GenerateOptions {
+    GenerateOptions { sampler: SamplerConfig::greedy(), max_tokens, ..GenerateOptions::default() }
+}
+
+#[test]
+fn a_follow_up_turn_prefills_only_the_new_tokens() {
+    let m = LoadedModel::load(&fixture(), &LoadOptions::default()).unwrap();
+    let cancel = AtomicBool::new(false);
+    let mut session = Session::new(&m.model);
+    let mut messages = vec![Message::text(Role::User, "Tell me about bread and rivers.")];
+    let first = m.prompt_ids(&messages, false).unwrap();
+    let mut answer_ids = Vec::new();
+    let usage = generate(&m.model, &mut session, &first, &[], &m.tokenizer, &m.specials, &greedy(12), &cancel, |d| {
+        answer_ids.push(d.token)
+    })
+    .unwrap();
+    assert_eq!(usage.reused_tokens, 0);
+    assert_eq!(usage.prompt_tokens, first.len());
+
+    // The second turn: the history (as the template renders it) plus a new question.
+    let answer = m.tokenizer.decode(&answer_ids, true).unwrap();
+    messages.push(Message::text(Role::Assistant, answer));
+    messages.push(Message::text(Role::User, "And mountains?"));
+    let second = m.prompt_ids(&messages, false).unwrap();
+    let cached = session.tokens().to_vec();
+    let common = cached.iter().zip(&second).take_while(|(a, b)| a == b).count();
+    assert!(common > first.len(), "the second prompt shares the whole first turn ({common} of {})", first.len());
+    let usage = generate(&m.model, &mut session, &second, &[], &m.tokenizer, &m.specials, &greedy(4), &cancel, |_| {}).unwrap();
+    assert_eq!(usage.reused_tokens, common, "reused exactly the common prefix");
+    assert_eq!(usage.prompt_tokens - usage.reused_tokens, second.len() - common, "only new tokens were prefilled");
+}
+
+#[test]
+fn reused_cache_gives_the_same_answer_as_a_fresh_one() {
+    let m = LoadedModel::load(&fixture(), &LoadOptions { dtype: Some(mlx_rs::Dtype::Float32) }).unwrap();
+    let cancel = AtomicBool::new(false);
+    let first = m.prompt_ids(&[Message::text(Role::User, "Bread?")], false).unwrap();
+    let mut warm = Session::new(&m.model);
+    generate(&m.model, &mut warm, &first, &[], &m.tokenizer, &m.specials, &greedy(40), &cancel, |_| {}).unwrap();
+    let messages = vec![
+        Message::text(Role::User, "Bread?"),
+        Message::text(Role::Assistant, "Flour and water."),
+        Message::text(Role::User, "What else goes in it, and how long does it rise?"),
+    ];
+    let second = m.prompt_ids(&messages, false).unwrap();
+    let tokens = |session: &mut Session| {
+        let mut ids = Vec::new();
+        generate(&m.model, session, &second, &[], &m.tokenizer, &m.specials, &greedy(8), &cancel, |d| ids.push(d.token)).unwrap();
+        ids
+    };
+    let with_reuse = tokens(&mut warm);
+    let fresh = tokens(&mut Session::new(&m.model));
+    assert_eq!(with_reuse, fresh);
+}
+
+#[test]
+fn limits_are_reported_not_silent() {
+    let m = LoadedModel::load(&fixture(), &LoadOptions::default()).unwrap();
+    let cancel = AtomicBool::new(false);
+    let prompt = m.prompt_ids(&[Message::text(Role::User, "Hello")], false).unwrap();
+    let mut session = Session::new(&m.model);
+    let mut count = 0;
+    let usage = generate(&m.model, &mut session, &prompt, &[], &m.tokenizer, &m.specials, &greedy(3), &cancel, |_| count += 1).unwrap();
+    assert_eq!((usage.generated_tokens, usage.stop_reason), (3, StopReason::MaxTokens));
+    assert!(count >= 3);
+
+    let tight = GenerateOptions { context_window: prompt.len() + 2, ..greedy(100) };
+    let usage = generate(&m.model, &mut Session::new(&m.model), &prompt, &[], &m.tokenizer, &m.specials, &tight, &cancel, |_| {}).unwrap();
+    assert_eq!(usage.stop_reason, StopReason::ContextFull);
+    assert!(usage.generated_tokens <= 2);
+
+    let too_small = GenerateOptions { context_window: prompt.len(), ..greedy(10) };
+    let error = generate(&m.model, &mut Session::new(&m.model), &prompt, &[], &m.tokenizer, &m.specials, &too_small, &cancel, |_| {})
+        .unwrap_err();
+    assert!(matches!(error, GenerateError::PromptTooLong { .. }), "{error}");
+}
+
+#[test]
+fn the_engine_thread_streams_and_stops_when_cancelled() {
+    let engine = Engine::spawn();
+    engine.load(&fixture(), LoadOptions::default()).unwrap();
+    let (tx, rx) = channel();
+    let request = ChatRequest {
+        conversation: "c1".into(),
+        messages: vec![Message::text(Role::User, "Write forever.")],
+        thinking: false,
+        // No end-of-turn stop can end it early: the answer only ends by cancellation.
+        options: GenerateOptions { sampler: SamplerConfig::greedy(), max_tokens: 100_000, ..GenerateOptions::default() },
+    };
+    let id = engine.generate(request, move |e| drop(tx.send(e))).unwrap();
+    let mut deltas = 0;
+    let mut cancelled_at = None;
+    let done = loop {
+        match rx.recv_timeout(Duration::from_secs(60)).expect("engine went silent") {
+            Event::Delta { generation_id, token_count, .. } => {
+                assert_eq!(generation_id, id);
+                deltas += 1;
+                assert_eq!(token_count, deltas);
+                if deltas == 3 {
+                    assert!(engine.cancel(id));
+                    cancelled_at = Some(Instant::now());
+                }
+            }
+            Event::Done { usage, .. } => break usage,
+            Event::Error { message, .. } => panic!("{message}"),
+        }
+    };
+    let latency = cancelled_at.expect("cancelled").elapsed();
+    assert_eq!(done.stop_reason, StopReason::Cancelled);
+    assert!(done.generated_tokens <= 5, "stopped within a token or two, not after {}", done.generated_tokens);
+    eprintln!("cancel → done: {latency:?}");
+}
