@@ -32,6 +32,10 @@ pub enum GenerateError {
     EmptyPrompt,
     #[error("reading a sampled token: {0}")]
     Token(String),
+    #[error("the prompt has placeholders for {found} images (or rows) but {expected} were given")]
+    ImageCount { expected: usize, found: usize },
+    #[error("image: {0}")]
+    Image(String),
 }
 
 /// Result of this module.
@@ -123,6 +127,49 @@ impl Session {
     }
 }
 
+/// The images of a prompt: each run of `token_id` placeholders (in order) is one image, whose
+/// projected features `[run length, hidden]` `features(k)` computes on demand — images wholly
+/// inside the reused prefix are never computed (nor prefilled) again.
+pub struct Images<'a> {
+    pub token_id: u32,
+    pub count: usize,
+    pub features: &'a mut dyn FnMut(usize) -> Result<Array>,
+}
+
+/// Feature rows for the placeholders after the reused prefix, computing only the images needed.
+fn image_rows_to_prefill(prompt: &[u32], reused: usize, images: &mut Images<'_>) -> Result<Option<(u32, Array)>> {
+    let mut runs: Vec<(usize, usize)> = Vec::new(); // (start, len)
+    for (i, &t) in prompt.iter().enumerate() {
+        if t == images.token_id {
+            match runs.last_mut() {
+                Some((start, len)) if *start + *len == i => *len += 1,
+                _ => runs.push((i, 1)),
+            }
+        }
+    }
+    if runs.len() != images.count {
+        return Err(GenerateError::ImageCount { expected: images.count, found: runs.len() });
+    }
+    let mut parts = Vec::new();
+    for (k, &(start, len)) in runs.iter().enumerate() {
+        let cached = reused.saturating_sub(start).min(len);
+        if cached == len {
+            continue;
+        }
+        let features = (images.features)(k)?;
+        let rows = features.shape().first().copied().unwrap_or(0) as usize;
+        if rows != len {
+            return Err(GenerateError::ImageCount { expected: len, found: rows });
+        }
+        parts.push(if cached > 0 { features.index(cached as i32..) } else { features });
+    }
+    Ok(match parts.len() {
+        0 => None,
+        1 => parts.pop().map(|f| (images.token_id, f)),
+        _ => Some((images.token_id, concatenate(&parts, 0)?)),
+    })
+}
+
 /// Generates an answer to `prompt` (already templated and tokenized, media expanded), reusing
 /// the session's cache for the shared prefix. Calls `on_delta` for every token; checks `cancel`
 /// between tokens.
@@ -131,7 +178,7 @@ pub fn generate(
     model: &Model,
     session: &mut Session,
     prompt: &[u32],
-    media: &[MediaFeatures<'_>],
+    images: Option<&mut Images<'_>>,
     tokenizer: &Tokenizer,
     specials: &SpecialTokens,
     options: &GenerateOptions,
@@ -147,16 +194,11 @@ pub fn generate(
     let start = Instant::now();
     let reused = session.rewind_for(model, prompt);
     let new = &prompt[reused..];
-    // Media rows whose placeholders fall in the reused prefix are already in the cache.
-    let remaining: Vec<(u32, Array)> = media
-        .iter()
-        .filter_map(|m| {
-            let cached = prompt[..reused].iter().filter(|&&t| t == m.token_id).count() as i32;
-            let rows = m.features.shape().first().copied().unwrap_or(0);
-            (cached < rows).then(|| (m.token_id, m.features.index(cached..rows)))
-        })
-        .collect();
-    let media: Vec<MediaFeatures<'_>> = remaining.iter().map(|(id, f)| MediaFeatures { token_id: *id, features: f }).collect();
+    let features = match images {
+        Some(images) => image_rows_to_prefill(prompt, reused, images)?,
+        None => None,
+    };
+    let media: Vec<MediaFeatures<'_>> = features.iter().map(|(id, f)| MediaFeatures { token_id: *id, features: f }).collect();
     let logits = prefill(model, session, new, &media, options.prefill_chunk)?;
     let mut sampler = Sampler::new(options.sampler.clone())?;
     let penalize = options.sampler.repetition_penalty.is_some();

@@ -193,7 +193,7 @@ fn answer(
         _ => Session::new(&m.model),
     };
     let mut count = 0;
-    let result = generate(&m.model, &mut current, &prompt, &[], &m.tokenizer, &m.specials, &request.options, cancel, |d| {
+    let result = generate(&m.model, &mut current, &prompt, None, &m.tokenizer, &m.specials, &request.options, cancel, |d| {
         count += 1;
         events(Event::Delta { generation_id: id, delta: d.text, token_count: count });
     });

@@ -33,7 +33,7 @@ fn a_follow_up_turn_prefills_only_the_new_tokens() {
     let mut messages = vec![Message::text(Role::User, "Tell me about bread and rivers.")];
     let first = m.prompt_ids(&messages, false).unwrap();
     let mut answer_ids = Vec::new();
-    let usage = generate(&m.model, &mut session, &first, &[], &m.tokenizer, &m.specials, &greedy(12), &cancel, |d| {
+    let usage = generate(&m.model, &mut session, &first, None, &m.tokenizer, &m.specials, &greedy(12), &cancel, |d| {
         answer_ids.push(d.token)
     })
     .unwrap();
@@ -48,7 +48,7 @@ fn a_follow_up_turn_prefills_only_the_new_tokens() {
     let cached = session.tokens().to_vec();
     let common = cached.iter().zip(&second).take_while(|(a, b)| a == b).count();
     assert!(common > first.len(), "the second prompt shares the whole first turn ({common} of {})", first.len());
-    let usage = generate(&m.model, &mut session, &second, &[], &m.tokenizer, &m.specials, &greedy(4), &cancel, |_| {}).unwrap();
+    let usage = generate(&m.model, &mut session, &second, None, &m.tokenizer, &m.specials, &greedy(4), &cancel, |_| {}).unwrap();
     assert_eq!(usage.reused_tokens, common, "reused exactly the common prefix");
     assert_eq!(usage.prompt_tokens - usage.reused_tokens, second.len() - common, "only new tokens were prefilled");
 }
@@ -59,7 +59,7 @@ fn reused_cache_gives_the_same_answer_as_a_fresh_one() {
     let cancel = AtomicBool::new(false);
     let first = m.prompt_ids(&[Message::text(Role::User, "Bread?")], false).unwrap();
     let mut warm = Session::new(&m.model);
-    generate(&m.model, &mut warm, &first, &[], &m.tokenizer, &m.specials, &greedy(40), &cancel, |_| {}).unwrap();
+    generate(&m.model, &mut warm, &first, None, &m.tokenizer, &m.specials, &greedy(40), &cancel, |_| {}).unwrap();
     let messages = vec![
         Message::text(Role::User, "Bread?"),
         Message::text(Role::Assistant, "Flour and water."),
@@ -68,7 +68,7 @@ fn reused_cache_gives_the_same_answer_as_a_fresh_one() {
     let second = m.prompt_ids(&messages, false).unwrap();
     let tokens = |session: &mut Session| {
         let mut ids = Vec::new();
-        generate(&m.model, session, &second, &[], &m.tokenizer, &m.specials, &greedy(8), &cancel, |d| ids.push(d.token)).unwrap();
+        generate(&m.model, session, &second, None, &m.tokenizer, &m.specials, &greedy(8), &cancel, |d| ids.push(d.token)).unwrap();
         ids
     };
     let with_reuse = tokens(&mut warm);
@@ -83,17 +83,17 @@ fn limits_are_reported_not_silent() {
     let prompt = m.prompt_ids(&[Message::text(Role::User, "Hello")], false).unwrap();
     let mut session = Session::new(&m.model);
     let mut count = 0;
-    let usage = generate(&m.model, &mut session, &prompt, &[], &m.tokenizer, &m.specials, &greedy(3), &cancel, |_| count += 1).unwrap();
+    let usage = generate(&m.model, &mut session, &prompt, None, &m.tokenizer, &m.specials, &greedy(3), &cancel, |_| count += 1).unwrap();
     assert_eq!((usage.generated_tokens, usage.stop_reason), (3, StopReason::MaxTokens));
     assert!(count >= 3);
 
     let tight = GenerateOptions { context_window: prompt.len() + 2, ..greedy(100) };
-    let usage = generate(&m.model, &mut Session::new(&m.model), &prompt, &[], &m.tokenizer, &m.specials, &tight, &cancel, |_| {}).unwrap();
+    let usage = generate(&m.model, &mut Session::new(&m.model), &prompt, None, &m.tokenizer, &m.specials, &tight, &cancel, |_| {}).unwrap();
     assert_eq!(usage.stop_reason, StopReason::ContextFull);
     assert!(usage.generated_tokens <= 2);
 
     let too_small = GenerateOptions { context_window: prompt.len(), ..greedy(10) };
-    let error = generate(&m.model, &mut Session::new(&m.model), &prompt, &[], &m.tokenizer, &m.specials, &too_small, &cancel, |_| {})
+    let error = generate(&m.model, &mut Session::new(&m.model), &prompt, None, &m.tokenizer, &m.specials, &too_small, &cancel, |_| {})
         .unwrap_err();
     assert!(matches!(error, GenerateError::PromptTooLong { .. }), "{error}");
 }

@@ -151,7 +151,7 @@ fn generate_once(dir: &Path, prompt: &str, system: Option<String>, json: bool, s
     let mut session = Session::new(&m.model);
     let cancel = AtomicBool::new(false);
     let mut out = std::io::stdout().lock();
-    let usage = generate(&m.model, &mut session, &ids, &[], &m.tokenizer, &m.specials, &options, &cancel, |d| {
+    let usage = generate(&m.model, &mut session, &ids, None, &m.tokenizer, &m.specials, &options, &cancel, |d| {
         let line = if json {
             format!("{}\n", serde_json::json!({ "token": d.token, "text": d.text }))
         } else {
@@ -187,7 +187,7 @@ fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<(
         messages.push(Message::text(Role::User, line.trim()));
         let ids = m.prompt_ids(&messages, sampling.thinking)?;
         let mut answer = String::new();
-        let usage = generate(&m.model, &mut session, &ids, &[], &m.tokenizer, &m.specials, &options, &cancel, |d| {
+        let usage = generate(&m.model, &mut session, &ids, None, &m.tokenizer, &m.specials, &options, &cancel, |d| {
             print!("{}", d.text);
             let _ = std::io::stdout().flush();
             answer.push_str(&d.text);
