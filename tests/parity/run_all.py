@@ -68,6 +68,20 @@ def check(name: str, model: Path, ids: list[int], cli: Path, work: Path, images:
     return ok
 
 
+def check_greedy(name: str, model: Path, cli: Path) -> bool:
+    """Greedy float32 generation: both engines pick the same tokens."""
+    prompt, count = "How do I make bread at home?", 30
+    ref = json.loads(run([sys.executable, REFERENCE, "generate", "--model", model, "--prompt", prompt,
+                          "--max-tokens", count, "--dtype", "float32"]))["tokens"]
+    lines = run([cli, "generate", "--model", model, "--prompt", prompt, "--max-tokens", count,
+                 "--temperature", "0", "--dtype", "float32", "--json"]).splitlines()
+    ours = [json.loads(line)["token"] for line in lines if '"token"' in line]
+    same = next((i for i, (a, b) in enumerate(zip(ref, ours)) if a != b), min(len(ref), len(ours)))
+    ok = ours == ref
+    print(f"{'PASS' if ok else 'FAIL'}  {name:<28} greedy tokens equal for {same}/{len(ref)} steps")
+    return ok
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cli", type=Path, required=True)
@@ -81,6 +95,7 @@ def main() -> None:
             model = args.fixtures / variant
             ids = chat_ids(model) + continuation(model, 80, seed=len(variant))
             results.append(check(f"{variant}/text", model, ids, args.cli, work))
+        results.append(check_greedy("tiny/greedy-generate", args.fixtures / "tiny", args.cli))
     failed = results.count(False)
     print(f"\n{len(results) - failed}/{len(results)} parity checks passed")
     sys.exit(1 if failed else 0)

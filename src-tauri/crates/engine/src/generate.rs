@@ -89,7 +89,8 @@ impl Default for GenerateOptions {
 /// One streamed piece of the answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Delta {
-    pub token: u32,
+    /// The sampled id; `None` for text held back until the end (an incomplete character).
+    pub token: Option<u32>,
     /// New text (whole UTF-8 characters; may be empty while a character is incomplete).
     pub text: String,
 }
@@ -241,7 +242,7 @@ pub fn generate(
             break StopReason::EndOfTurn;
         }
         let text = detok.push(token)?.unwrap_or_default();
-        on_delta(Delta { token, text });
+        on_delta(Delta { token: Some(token), text });
         match next {
             Some(n) if !cancel.load(Ordering::Relaxed) => y = n,
             _ if cancel.load(Ordering::Relaxed) => break StopReason::Cancelled,
@@ -250,7 +251,7 @@ pub fn generate(
         }
     };
     if let Some(rest) = detok.finish()? {
-        on_delta(Delta { token: u32::MAX, text: rest });
+        on_delta(Delta { token: None, text: rest });
     }
     let decode_secs = decode_start.elapsed().as_secs_f64();
     let prefill_secs = prefill_done.as_secs_f64().max(1e-9);

@@ -34,7 +34,7 @@ fn a_follow_up_turn_prefills_only_the_new_tokens() {
     let first = m.prompt_ids(&messages, false).unwrap();
     let mut answer_ids = Vec::new();
     let usage = generate(&m.model, &mut session, &first, None, &m.tokenizer, &m.specials, &greedy(12), &cancel, |d| {
-        answer_ids.push(d.token)
+        answer_ids.extend(d.token)
     })
     .unwrap();
     assert_eq!(usage.reused_tokens, 0);
@@ -68,7 +68,7 @@ fn reused_cache_gives_the_same_answer_as_a_fresh_one() {
     let second = m.prompt_ids(&messages, false).unwrap();
     let tokens = |session: &mut Session| {
         let mut ids = Vec::new();
-        generate(&m.model, session, &second, None, &m.tokenizer, &m.specials, &greedy(8), &cancel, |d| ids.push(d.token)).unwrap();
+        generate(&m.model, session, &second, None, &m.tokenizer, &m.specials, &greedy(8), &cancel, |d| ids.extend(d.token)).unwrap();
         ids
     };
     let with_reuse = tokens(&mut warm);

@@ -153,7 +153,11 @@ fn generate_once(dir: &Path, prompt: &str, system: Option<String>, json: bool, s
     let mut out = std::io::stdout().lock();
     let usage = generate(&m.model, &mut session, &ids, None, &m.tokenizer, &m.specials, &options, &cancel, |d| {
         let line = if json {
-            format!("{}\n", serde_json::json!({ "token": d.token, "text": d.text }))
+            let record = match d.token {
+                Some(token) => serde_json::json!({ "token": token, "text": d.text }),
+                None => serde_json::json!({ "text": d.text }),
+            };
+            format!("{record}\n")
         } else {
             d.text
         };
