@@ -227,6 +227,10 @@ pub fn generate(
             let logits = model.forward_array(&y.reshape(&[1])?, &mut session.caches, None)?;
             if penalize {
                 history = concatenate(&[history, y.reshape(&[1])?], 0)?;
+                let window = options.sampler.repetition_window as i32;
+                if history.shape()[0] > window {
+                    history = history.index(history.shape()[0] - window..);
+                }
             }
             let next = sampler.sample(&logits, &history)?;
             async_eval([&next])?;

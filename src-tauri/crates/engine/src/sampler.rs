@@ -51,8 +51,8 @@ pub enum SamplerError {
         /// What is wrong.
         message: String,
     },
-    /// The logits do not have the shape `[vocab]` or `[1, vocab]`.
-    #[error("logits must have shape [vocab] or [1, vocab], found {shape:?}")]
+    /// The logits are not one distribution: `[vocab]` with any number of leading 1s.
+    #[error("logits must hold one distribution ([vocab], [1, vocab], [1, 1, vocab], …), found {shape:?}")]
     LogitsShape {
         /// The shape given.
         shape: Vec<i32>,
@@ -238,16 +238,18 @@ impl Sampler {
         &self.config
     }
 
-    /// Draws the next token from `logits` (`[vocab]` or `[1, vocab]`, any float dtype).
+    /// Draws the next token from `logits`: one distribution, `[vocab]` with any number of
+    /// leading 1s (`[1, vocab]`, `[1, 1, vocab]`), any float dtype.
     /// `history` holds the ids seen so far (1-D, any integer dtype, may be empty); the
     /// repetition penalty looks at its last `repetition_window` entries.
     ///
-    /// Returns a lazy `uint32` array of shape `[]` for `[vocab]` logits and `[1]` for
-    /// `[1, vocab]`. Nothing is evaluated here.
+    /// Returns a lazy `uint32` array of the logits' shape without the vocabulary axis (`[]`
+    /// for `[vocab]`, `[1]` for `[1, vocab]`). Nothing is evaluated here.
     pub fn sample(&mut self, logits: &Array, history: &Array) -> Result<Array> {
-        let out_shape: &[i32] = match logits.shape() {
-            [v] if *v > 0 => &[],
-            [1, v] if *v > 0 => &[1],
+        let out_shape = match logits.shape() {
+            [leading @ .., vocab] if *vocab > 0 && leading.iter().all(|&d| d == 1) => {
+                leading.to_vec()
+            }
             shape => {
                 return Err(SamplerError::LogitsShape {
                     shape: shape.to_vec(),
@@ -279,7 +281,7 @@ impl Sampler {
             self.key = next;
             random::categorical(&scaled, -1, None, &draw)?
         };
-        Ok(token.as_dtype(Dtype::Uint32)?.reshape(out_shape)?)
+        Ok(token.as_dtype(Dtype::Uint32)?.reshape(&out_shape)?)
     }
 }
 

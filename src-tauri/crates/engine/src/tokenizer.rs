@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-/// File names inside a checkpoint folder.
+/// The tokenizer file of a checkpoint folder.
 pub const TOKENIZER_FILE: &str = "tokenizer.json";
 /// The model config, holding the media and bos/pad ids.
 pub const CONFIG_FILE: &str = "config.json";

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use engine::detokenize::Detokenizer;
 use engine::tokenizer::Tokenizer;
 
@@ -72,14 +72,42 @@ fn byte_fallback_tokens_are_held_until_the_character_is_whole() -> Result<()> {
     Ok(())
 }
 
+/// The fixture tokenizer with a Llama-style decoder that strips the text's leading space
+/// (`Strip(" ", 1, 0)` after `Fuse`): decoding a word-start piece alone loses its space.
+fn stripping_tokenizer() -> Result<Tokenizer> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny/tokenizer.json");
+    let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    let decoders = json["decoder"]["decoders"]
+        .as_array_mut()
+        .context("a decoder sequence")?;
+    decoders.push(serde_json::json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
+    let inner = tokenizers::Tokenizer::from_bytes(serde_json::to_vec(&json)?)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Tokenizer::from_tokenizer(inner, path))
+}
+
 #[test]
 fn word_start_spaces_survive_streaming() -> Result<()> {
-    let tokenizer = tokenizer()?;
+    let tokenizer = stripping_tokenizer()?;
     let ids = tokenizer.encode("Hello world")?;
+    let alone: Vec<String> = ids
+        .iter()
+        .map(|&id| tokenizer.decode(&[id], false))
+        .collect::<Result<_, _>>()?;
+    assert_eq!(
+        alone.concat(),
+        "Helloworld",
+        "decoding one id at a time drops the space"
+    );
+
     let deltas = stream(&tokenizer, &ids, false)?;
-    // Decoding "▁wor" alone would lose its space; the stream keeps it.
     assert!(deltas.iter().any(|d| d.starts_with(" wor")), "{deltas:?}");
     assert_eq!(deltas.concat(), "Hello world");
+    for text in TEXTS {
+        let ids = tokenizer.encode(text)?;
+        let deltas = stream(&tokenizer, &ids, false)?;
+        assert_eq!(deltas.concat(), tokenizer.decode(&ids, false)?, "{text:?}");
+    }
     Ok(())
 }
 

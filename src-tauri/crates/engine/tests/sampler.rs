@@ -66,6 +66,9 @@ fn greedy_is_argmax() -> Result<()> {
     let token = sampler.sample(&batched, &no_history())?;
     assert_eq!(token.shape(), &[1]);
     assert_eq!(token.as_slice::<u32>(), &[1]);
+    let token = sampler.sample(&logits.reshape(&[1, 1, 4])?, &no_history())?;
+    assert_eq!(token.shape(), &[1, 1]);
+    assert_eq!(token.as_slice::<u32>(), &[1]);
     Ok(())
 }
 
