@@ -1,1 +1,25 @@
 //! Conversations, messages and attachments on disk. Knows nothing of the model.
+//!
+//! [`Store`] keeps everything in one SQLite file (`<data_dir>/chats.sqlite3`, WAL mode) and
+//! attachment files under `<data_dir>/attachments/`, stored once per content hash. A user's
+//! message is committed before `add_message` returns; a streaming answer is appended to as it
+//! arrives (batched by [`StreamWriter`]), and one left `streaming` by a crash is marked
+//! `stopped` on the next open, its text kept.
+
+mod attachments;
+mod error;
+mod schema;
+mod search;
+mod settings;
+mod store;
+mod stream;
+mod types;
+
+pub use attachments::ATTACHMENTS_DIR;
+pub use error::{Error, Result};
+pub use store::{Store, DATABASE_FILE};
+pub use stream::{StreamWriter, DEFAULT_FLUSH_INTERVAL, DEFAULT_MAX_PENDING_BYTES};
+pub use types::{
+    Attachment, AttachmentInput, AttachmentRef, Conversation, ConversationSummary, Message,
+    MessageStatus, Role, SearchHit, SnippetPart, StopReason, Usage,
+};

@@ -1,0 +1,512 @@
+//! The store: one SQLite connection behind a mutex, and the conversation and message operations.
+
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use crate::attachments::{self, ATTACHMENTS_DIR};
+use crate::error::{Error, Result};
+use crate::schema;
+use crate::types::{
+    AttachmentInput, Conversation, ConversationSummary, Message, MessageStatus, Role, Usage,
+};
+
+/// Name of the database file inside the data folder.
+pub const DATABASE_FILE: &str = "chats.sqlite3";
+
+/// Characters of the last message shown under a conversation's title.
+const PREVIEW_CHARS: usize = 120;
+
+/// Conversations, messages, attachments and settings of one data folder.
+///
+/// Every method takes `&self` and holds an internal lock only for its own statements, so a
+/// `Store` can be shared across threads (for example in an `Arc`) and a streaming answer does
+/// not block the rest of the app.
+pub struct Store {
+    pub(crate) inner: Mutex<Inner>,
+    db_path: PathBuf,
+    pub(crate) attachments_dir: PathBuf,
+}
+
+pub(crate) struct Inner {
+    pub(crate) conn: Connection,
+    /// Files stored by `store_attachment` in this session and not yet attached to a message:
+    /// deleting a conversation or pruning must not take them from under a draft.
+    pub(crate) unsent_files: HashSet<String>,
+}
+
+/// Current time in unix milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// A new time-ordered id.
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+/// `updated_at` for new activity: now, but always past every other conversation's, so the list
+/// order follows activity even within one millisecond or after the clock moves back.
+const NEXT_ACTIVITY: &str = "MAX(?, (SELECT COALESCE(MAX(updated_at), 0) + 1 FROM conversations))";
+
+impl Store {
+    /// Opens the store in `data_dir`, creating `chats.sqlite3` and the attachments folder.
+    ///
+    /// Answers left `streaming` by a crash or a kill are marked `stopped`, their text kept.
+    pub fn open(data_dir: &Path) -> Result<Self> {
+        let attachments_dir = data_dir.join(ATTACHMENTS_DIR);
+        fs::create_dir_all(&attachments_dir)
+            .map_err(|e| Error::io("create folder", &attachments_dir, e))?;
+        let db_path = data_dir.join(DATABASE_FILE);
+        let conn = schema::open(&db_path).map_err(|e| e.during("opening"))?;
+        conn.execute(
+            "UPDATE messages SET status = 'stopped' WHERE status = 'streaming'",
+            [],
+        )
+        .map_err(|e| Error::from(e).during("recovering interrupted answers"))?;
+        Ok(Self {
+            inner: Mutex::new(Inner {
+                conn,
+                unsent_files: HashSet::new(),
+            }),
+            db_path,
+            attachments_dir,
+        })
+    }
+
+    /// Path of the SQLite file.
+    pub fn database_path(&self) -> &Path {
+        &self.db_path
+    }
+
+    /// Folder holding attachment files.
+    pub fn attachments_dir(&self) -> &Path {
+        &self.attachments_dir
+    }
+
+    /// Runs `f` with the connection locked; SQLite errors are labelled with `op`.
+    pub(crate) fn with<T>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut Inner) -> Result<T>,
+    ) -> Result<T> {
+        // A panic elsewhere cannot leave the connection half-written: open transactions roll back
+        // when dropped. So a poisoned lock is still safe to use.
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&mut inner).map_err(|e| e.during(op))
+    }
+
+    /// Starts an empty conversation and returns it.
+    pub fn create_conversation(&self, title: &str) -> Result<ConversationSummary> {
+        self.with("creating a conversation", |inner| {
+            let id = new_id();
+            let now = now_ms();
+            inner.conn.execute(
+                &format!(
+                    "INSERT INTO conversations (id, title, created_at, updated_at)
+                     VALUES (?, ?, ?, {NEXT_ACTIVITY})"
+                ),
+                params![id, title, now, now],
+            )?;
+            summary(&inner.conn, &id)
+        })
+    }
+
+    /// All conversations: pinned first, then most recent activity first.
+    pub fn list_conversations(&self) -> Result<Vec<ConversationSummary>> {
+        self.with("listing conversations", |inner| {
+            let mut stmt = inner.conn.prepare_cached(&format!(
+                "{SUMMARY_SELECT} ORDER BY c.pinned DESC, c.updated_at DESC"
+            ))?;
+            let rows = stmt.query_map([], summary_from_row)?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
+        })
+    }
+
+    /// A conversation with its messages (oldest first) and their attachments.
+    pub fn get_conversation(&self, id: &str) -> Result<Conversation> {
+        self.with("reading a conversation", |inner| {
+            let tx = inner.conn.transaction()?;
+            let mut conversation = tx
+                .query_row(
+                    "SELECT id, title, model, pinned, created_at, updated_at
+                     FROM conversations WHERE id = ?",
+                    [id],
+                    |row| {
+                        Ok(Conversation {
+                            id: row.get(0)?,
+                            title: row.get(1)?,
+                            model: row.get(2)?,
+                            pinned: row.get(3)?,
+                            created_at: row.get(4)?,
+                            updated_at: row.get(5)?,
+                            messages: Vec::new(),
+                        })
+                    },
+                )
+                .optional()?
+                .ok_or_else(|| Error::not_found("conversation", id))?;
+
+            let mut by_message = attachments::by_message(&tx, id)?;
+            let mut stmt = tx.prepare_cached(&format!(
+                "{MESSAGE_SELECT} WHERE conversation_id = ? ORDER BY position"
+            ))?;
+            let messages = stmt.query_map([id], message_from_row)?;
+            for message in messages {
+                let mut message = message?;
+                message.attachments = by_message.remove(&message.id).unwrap_or_default();
+                conversation.messages.push(message);
+            }
+            Ok(conversation)
+        })
+    }
+
+    /// Changes a conversation's title. Does not count as activity: the list order stays.
+    pub fn rename_conversation(&self, id: &str, title: &str) -> Result<()> {
+        self.update_conversation("renaming a conversation", id, "title = ?2", &title)
+    }
+
+    /// Pins or unpins a conversation; pinned ones lead the list.
+    pub fn set_pinned(&self, id: &str, pinned: bool) -> Result<()> {
+        self.update_conversation("pinning a conversation", id, "pinned = ?2", &pinned)
+    }
+
+    /// Records which model the conversation is held with.
+    pub fn set_conversation_model(&self, id: &str, model: Option<&str>) -> Result<()> {
+        self.update_conversation("setting a conversation's model", id, "model = ?2", &model)
+    }
+
+    fn update_conversation(
+        &self,
+        op: &'static str,
+        id: &str,
+        set: &str,
+        value: &dyn rusqlite::ToSql,
+    ) -> Result<()> {
+        self.with(op, |inner| {
+            let sql = format!("UPDATE conversations SET {set} WHERE id = ?1");
+            match inner.conn.execute(&sql, params![id, value])? {
+                0 => Err(Error::not_found("conversation", id)),
+                _ => Ok(()),
+            }
+        })
+    }
+
+    /// Deletes a conversation, its messages and attachment rows, and every attachment file no
+    /// other message still uses.
+    pub fn delete_conversation(&self, id: &str) -> Result<()> {
+        self.with("deleting a conversation", |inner| {
+            let tx = inner.conn.transaction()?;
+            let files: Vec<String> = {
+                let mut stmt = tx.prepare_cached(
+                    "SELECT DISTINCT a.file_name FROM attachments a
+                     JOIN messages m ON m.id = a.message_id WHERE m.conversation_id = ?",
+                )?;
+                let rows = stmt.query_map([id], |row| row.get(0))?;
+                rows.collect::<rusqlite::Result<_>>()?
+            };
+            if tx.execute("DELETE FROM conversations WHERE id = ?", [id])? == 0 {
+                return Err(Error::not_found("conversation", id));
+            }
+            let mut unused = Vec::new();
+            for file in files {
+                if !attachments::is_referenced(&tx, &file)? && !inner.unsent_files.contains(&file) {
+                    unused.push(file);
+                }
+            }
+            tx.commit()?;
+            // After the commit, best effort: a crash or a failure here leaves orphan files for
+            // `prune_orphan_files`, never rows pointing at missing files.
+            for file in unused {
+                let _ = attachments::remove_file(&self.attachments_dir, &file);
+            }
+            Ok(())
+        })
+    }
+
+    /// Saves a finished message (typically the user's) with its attachments, committed before
+    /// this returns. Each attachment must have been stored with `store_attachment`.
+    pub fn add_message(
+        &self,
+        conversation_id: &str,
+        role: Role,
+        text: &str,
+        attachments: &[AttachmentInput],
+    ) -> Result<Message> {
+        self.with("adding a message", |inner| {
+            let tx = inner.conn.transaction()?;
+            let mut message =
+                insert_message(&tx, conversation_id, role, text, MessageStatus::Complete)?;
+            let mut attached_files = Vec::with_capacity(attachments.len());
+            for (position, input) in attachments.iter().enumerate() {
+                let attachment =
+                    attachments::attach(&tx, &self.attachments_dir, &message.id, position, input)?;
+                attached_files.push(attachment.file_name.clone());
+                message.attachments.push(attachment);
+            }
+            tx.commit()?;
+            for file in attached_files {
+                inner.unsent_files.remove(&file);
+            }
+            Ok(message)
+        })
+    }
+
+    /// Starts an empty assistant answer with status `streaming`; returns its id.
+    pub fn begin_assistant_message(&self, conversation_id: &str) -> Result<String> {
+        self.with("starting an answer", |inner| {
+            let tx = inner.conn.transaction()?;
+            let message = insert_message(
+                &tx,
+                conversation_id,
+                Role::Assistant,
+                "",
+                MessageStatus::Streaming,
+            )?;
+            tx.commit()?;
+            Ok(message.id)
+        })
+    }
+
+    /// Appends streamed text to an answer; one `UPDATE`, committed on return.
+    pub fn append_assistant_text(&self, message_id: &str, delta: &str) -> Result<()> {
+        if delta.is_empty() {
+            return Ok(());
+        }
+        self.with("saving streamed text", |inner| {
+            let updated = inner
+                .conn
+                .prepare_cached(
+                    "UPDATE messages SET text = text || ?2 WHERE id = ?1 AND status = 'streaming'",
+                )?
+                .execute(params![message_id, delta])?;
+            match updated {
+                0 => Err(not_streaming(&inner.conn, message_id)?),
+                _ => Ok(()),
+            }
+        })
+    }
+
+    /// Ends a streaming answer with `status` (anything but `Streaming`), its usage and, for
+    /// `Error`, what went wrong. Counts as activity in the conversation.
+    pub fn finish_assistant_message(
+        &self,
+        message_id: &str,
+        status: MessageStatus,
+        usage: Option<&Usage>,
+        error: Option<&str>,
+    ) -> Result<()> {
+        if status == MessageStatus::Streaming {
+            return Err(Error::InvalidInput(
+                "an answer cannot finish as 'streaming'".into(),
+            ));
+        }
+        let usage = usage.map(usage_json).transpose()?;
+        self.with("finishing an answer", |inner| {
+            let tx = inner.conn.transaction()?;
+            let conversation_id: Option<String> = tx
+                .query_row(
+                    "UPDATE messages SET status = ?2, usage = ?3, error = ?4
+                     WHERE id = ?1 AND status = 'streaming' RETURNING conversation_id",
+                    params![message_id, status, usage, error],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let Some(conversation_id) = conversation_id else {
+                return Err(not_streaming(&tx, message_id)?);
+            };
+            touch(&tx, &conversation_id)?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+}
+
+/// Why an update of a streaming answer matched nothing.
+fn not_streaming(conn: &Connection, message_id: &str) -> Result<Error> {
+    let status: Option<MessageStatus> = conn
+        .query_row(
+            "SELECT status FROM messages WHERE id = ?",
+            [message_id],
+            |row| row.get(0),
+        )
+        .optional()?;
+    Ok(match status {
+        None => Error::not_found("message", message_id),
+        Some(status) => Error::InvalidInput(format!(
+            "message {message_id} is {}, not streaming",
+            status.as_str()
+        )),
+    })
+}
+
+/// Serializes usage; non-finite rates (nothing was timed) are stored as 0 so they read back.
+fn usage_json(usage: &Usage) -> Result<String> {
+    let finite = |x: f64| if x.is_finite() { x } else { 0.0 };
+    let usage = Usage {
+        time_to_first_token_ms: finite(usage.time_to_first_token_ms),
+        prefill_tokens_per_second: finite(usage.prefill_tokens_per_second),
+        decode_tokens_per_second: finite(usage.decode_tokens_per_second),
+        ..usage.clone()
+    };
+    serde_json::to_string(&usage).map_err(|e| Error::InvalidInput(format!("usage: {e}")))
+}
+
+/// Marks new activity in a conversation.
+fn touch(conn: &Connection, conversation_id: &str) -> Result<()> {
+    conn.prepare_cached(&format!(
+        "UPDATE conversations SET updated_at = {NEXT_ACTIVITY} WHERE id = ?"
+    ))?
+    .execute(params![now_ms(), conversation_id])?;
+    Ok(())
+}
+
+/// Inserts a message at the end of a conversation and marks the activity.
+fn insert_message(
+    conn: &Connection,
+    conversation_id: &str,
+    role: Role,
+    text: &str,
+    status: MessageStatus,
+) -> Result<Message> {
+    let exists: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM conversations WHERE id = ?)",
+        [conversation_id],
+        |row| row.get(0),
+    )?;
+    if !exists {
+        return Err(Error::not_found("conversation", conversation_id));
+    }
+    let id = new_id();
+    let created_at = now_ms();
+    let position: u32 = conn
+        .prepare_cached(
+            "INSERT INTO messages (id, conversation_id, position, role, text, status, created_at)
+             VALUES (?1, ?2, (SELECT COALESCE(MAX(position), -1) + 1 FROM messages
+                              WHERE conversation_id = ?2), ?3, ?4, ?5, ?6)
+             RETURNING position",
+        )?
+        .query_row(
+            params![id, conversation_id, role, text, status, created_at],
+            |row| row.get(0),
+        )?;
+    touch(conn, conversation_id)?;
+    Ok(Message {
+        id,
+        conversation_id: conversation_id.to_owned(),
+        position,
+        role,
+        text: text.to_owned(),
+        status,
+        error: None,
+        usage: None,
+        created_at,
+        attachments: Vec::new(),
+    })
+}
+
+const MESSAGE_SELECT: &str =
+    "SELECT id, conversation_id, position, role, text, status, error, usage, created_at FROM messages";
+
+fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
+    let usage: Option<String> = row.get(7)?;
+    Ok(Message {
+        id: row.get(0)?,
+        conversation_id: row.get(1)?,
+        position: row.get(2)?,
+        role: row.get(3)?,
+        text: row.get(4)?,
+        status: row.get(5)?,
+        error: row.get(6)?,
+        // Usage is informational: a row this version cannot read must not hide the message.
+        usage: usage.and_then(|json| serde_json::from_str(&json).ok()),
+        created_at: row.get(8)?,
+        attachments: Vec::new(),
+    })
+}
+
+const SUMMARY_SELECT: &str = "SELECT c.id, c.title, c.model, c.pinned, c.created_at, c.updated_at,
+        (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id),
+        (SELECT substr(m.text, 1, 400) FROM messages m
+         WHERE m.conversation_id = c.id AND m.role <> 'system' AND m.text <> ''
+         ORDER BY m.position DESC LIMIT 1)
+    FROM conversations c";
+
+fn summary(conn: &Connection, id: &str) -> Result<ConversationSummary> {
+    conn.query_row(
+        &format!("{SUMMARY_SELECT} WHERE c.id = ?"),
+        [id],
+        summary_from_row,
+    )
+    .optional()?
+    .ok_or_else(|| Error::not_found("conversation", id))
+}
+
+fn summary_from_row(row: &Row<'_>) -> rusqlite::Result<ConversationSummary> {
+    let preview: Option<String> = row.get(7)?;
+    Ok(ConversationSummary {
+        id: row.get(0)?,
+        title: row.get(1)?,
+        model: row.get(2)?,
+        pinned: row.get(3)?,
+        created_at: row.get(4)?,
+        updated_at: row.get(5)?,
+        message_count: row.get(6)?,
+        preview: preview.map(|text| preview_of(&text)),
+    })
+}
+
+/// Collapses whitespace and cuts to [`PREVIEW_CHARS`] characters, marking a cut with "…".
+fn preview_of(text: &str) -> String {
+    let mut words = text.split_whitespace();
+    let mut preview = String::new();
+    let mut chars = 0;
+    for word in words.by_ref() {
+        let needed = word.chars().count() + usize::from(!preview.is_empty());
+        if chars + needed > PREVIEW_CHARS {
+            let room = PREVIEW_CHARS.saturating_sub(chars + usize::from(!preview.is_empty()));
+            if room > 0 {
+                if !preview.is_empty() {
+                    preview.push(' ');
+                }
+                preview.extend(word.chars().take(room));
+            }
+            preview.push('…');
+            return preview;
+        }
+        if !preview.is_empty() {
+            preview.push(' ');
+        }
+        preview.push_str(word);
+        chars += needed;
+    }
+    preview
+}
+
+#[cfg(test)]
+mod tests {
+    use super::preview_of;
+
+    #[test]
+    fn preview_collapses_whitespace_and_cuts_long_text() {
+        assert_eq!(preview_of("  hello\n\n  world\t"), "hello world");
+        let preview = preview_of(&"word ".repeat(100));
+        assert!(
+            preview.starts_with("word word ") && preview.ends_with("word…"),
+            "{preview}"
+        );
+        assert!(preview.chars().count() <= super::PREVIEW_CHARS + 1);
+        // A single long word is cut inside, on a character boundary.
+        assert_eq!(
+            preview_of(&"é".repeat(500)).chars().count(),
+            super::PREVIEW_CHARS + 1
+        );
+    }
+}

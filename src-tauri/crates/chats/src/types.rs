@@ -1,0 +1,272 @@
+//! What the store takes and returns: conversations, messages, attachments, search hits.
+//! Timestamps are unix milliseconds; ids are UUIDv7 strings.
+
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
+use serde::{Deserialize, Serialize};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+/// Where an answer stands. Only assistant messages are ever anything but `Complete`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub enum MessageStatus {
+    /// Written in full.
+    Complete,
+    /// Tokens are still arriving.
+    Streaming,
+    /// Cut short: the user stopped it, or the app quit or crashed mid-answer. The text is kept.
+    Stopped,
+    /// Generation failed; `error` says why. Any text produced before the failure is kept.
+    Error,
+}
+
+/// Why generation ended, as the engine reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub enum StopReason {
+    /// The model ended its turn.
+    EndOfTurn,
+    /// The answer reached the token limit.
+    MaxTokens,
+    /// The context window is full.
+    ContextFull,
+    /// The user stopped it.
+    Cancelled,
+}
+
+/// What one answer cost; stored as JSON next to the message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub prompt_tokens: u32,
+    /// Prompt tokens whose state was reused from the previous turn.
+    pub reused_tokens: u32,
+    pub generated_tokens: u32,
+    pub time_to_first_token_ms: f64,
+    pub prefill_tokens_per_second: f64,
+    pub decode_tokens_per_second: f64,
+    pub stop_reason: StopReason,
+}
+
+/// One row of the conversation list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct ConversationSummary {
+    pub id: String,
+    pub title: String,
+    /// The model the conversation was held with, if the app recorded one.
+    pub model: Option<String>,
+    pub pinned: bool,
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub created_at: i64,
+    /// Last activity (a message added or finished); strictly increasing across the store.
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub updated_at: i64,
+    pub message_count: u32,
+    /// Start of the last non-empty user or assistant message, whitespace collapsed.
+    pub preview: Option<String>,
+}
+
+/// A conversation with all its messages, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct Conversation {
+    pub id: String,
+    pub title: String,
+    pub model: Option<String>,
+    pub pinned: bool,
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub created_at: i64,
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub updated_at: i64,
+    pub messages: Vec<Message>,
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct Message {
+    pub id: String,
+    pub conversation_id: String,
+    /// 0-based place in the conversation.
+    pub position: u32,
+    pub role: Role,
+    pub text: String,
+    pub status: MessageStatus,
+    /// Why generation failed, for `MessageStatus::Error`.
+    pub error: Option<String>,
+    /// Absent for user messages, unfinished answers, and usage rows this version cannot read.
+    pub usage: Option<Usage>,
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub created_at: i64,
+    pub attachments: Vec<Attachment>,
+}
+
+/// A file attached to a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    pub id: String,
+    /// SHA-256 of the content, lowercase hex.
+    pub hash: String,
+    pub mime: String,
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub byte_size: i64,
+    /// Path inside the attachments folder, `<hash[..2]>/<hash>.<ext>`.
+    pub file_name: String,
+}
+
+/// A file stored in the attachments folder, not yet (or not only) attached to a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentRef {
+    /// SHA-256 of the content, lowercase hex.
+    pub hash: String,
+    pub mime: String,
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub byte_size: i64,
+    /// Path inside the attachments folder, `<hash[..2]>/<hash>.<ext>`.
+    pub file_name: String,
+}
+
+/// An already stored file (see `Store::store_attachment`) to attach to a new message.
+/// The store derives the file's name and size itself, so input can never point outside its folder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentInput {
+    pub hash: String,
+    pub mime: String,
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+}
+
+impl From<&AttachmentRef> for AttachmentInput {
+    fn from(stored: &AttachmentRef) -> Self {
+        Self {
+            hash: stored.hash.clone(),
+            mime: stored.mime.clone(),
+            width: stored.width,
+            height: stored.height,
+        }
+    }
+}
+
+impl From<AttachmentRef> for AttachmentInput {
+    fn from(stored: AttachmentRef) -> Self {
+        Self {
+            hash: stored.hash,
+            mime: stored.mime,
+            width: stored.width,
+            height: stored.height,
+        }
+    }
+}
+
+/// A conversation or message that matches a search.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct SearchHit {
+    pub conversation_id: String,
+    pub title: String,
+    /// The matching message; `None` when the title matched.
+    pub message_id: Option<String>,
+    /// The matching passage, split into plain and matched runs (render as text, never as HTML).
+    pub snippet: Vec<SnippetPart>,
+}
+
+/// A run of a search snippet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct SnippetPart {
+    pub text: String,
+    /// Whether this run matched the query (to highlight).
+    pub matched: bool,
+}
+
+impl Role {
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::System => "system",
+            Self::User => "user",
+            Self::Assistant => "assistant",
+        }
+    }
+}
+
+impl MessageStatus {
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Complete => "complete",
+            Self::Streaming => "streaming",
+            Self::Stopped => "stopped",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// Reads a closed set stored as text; anything else is a conversion error, not a panic.
+fn parse_name<T: Copy>(
+    value: ValueRef<'_>,
+    all: &[T],
+    name: fn(T) -> &'static str,
+) -> FromSqlResult<T> {
+    let text = value.as_str()?;
+    all.iter()
+        .copied()
+        .find(|&item| name(item) == text)
+        .ok_or_else(|| FromSqlError::Other(format!("unknown value {text:?}").into()))
+}
+
+impl ToSql for Role {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl FromSql for Role {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        parse_name(
+            value,
+            &[Self::System, Self::User, Self::Assistant],
+            Self::as_str,
+        )
+    }
+}
+
+impl ToSql for MessageStatus {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl FromSql for MessageStatus {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        let all = [Self::Complete, Self::Streaming, Self::Stopped, Self::Error];
+        parse_name(value, &all, Self::as_str)
+    }
+}
