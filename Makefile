@@ -117,6 +117,6 @@ test-e2e: app
 app:
 	cargo build -p gemma-desk
 
-lint:
+lint: ui
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings

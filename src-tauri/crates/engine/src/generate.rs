@@ -82,7 +82,12 @@ pub struct GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        Self { sampler: SamplerConfig::default(), max_tokens: 1024, context_window: 32768, prefill_chunk: 512 }
+        Self {
+            sampler: SamplerConfig::default(),
+            max_tokens: 1024,
+            context_window: 32768,
+            prefill_chunk: 512,
+        }
     }
 }
 
@@ -104,7 +109,10 @@ pub struct Session {
 impl Session {
     /// An empty session for `model`.
     pub fn new(model: &Model) -> Self {
-        Self { caches: model.new_caches(), tokens: Vec::new() }
+        Self {
+            caches: model.new_caches(),
+            tokens: Vec::new(),
+        }
     }
 
     /// The tokens whose K/V the caches hold.
@@ -115,10 +123,17 @@ impl Session {
     /// Rewinds to the longest prefix shared with `prompt` that the caches can return to,
     /// keeping at least one prompt token to prefill. Returns how many tokens are reused.
     pub fn rewind_for(&mut self, model: &Model, prompt: &[u32]) -> usize {
-        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let common = self
+            .tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
         let reuse = common.min(prompt.len().saturating_sub(1));
         let drop = self.tokens.len() - reuse;
-        if self.caches.iter().all(|c| c.can_trim(drop)) && self.caches.iter_mut().all(|c| c.trim(drop).is_ok()) {
+        if self.caches.iter().all(|c| c.can_trim(drop))
+            && self.caches.iter_mut().all(|c| c.trim(drop).is_ok())
+        {
             self.tokens.truncate(reuse);
             reuse
         } else {
@@ -138,7 +153,11 @@ pub struct Images<'a> {
 }
 
 /// Feature rows for the placeholders after the reused prefix, computing only the images needed.
-fn image_rows_to_prefill(prompt: &[u32], reused: usize, images: &mut Images<'_>) -> Result<Option<(u32, Array)>> {
+fn image_rows_to_prefill(
+    prompt: &[u32],
+    reused: usize,
+    images: &mut Images<'_>,
+) -> Result<Option<(u32, Array)>> {
     let mut runs: Vec<(usize, usize)> = Vec::new(); // (start, len)
     for (i, &t) in prompt.iter().enumerate() {
         if t == images.token_id {
@@ -149,7 +168,10 @@ fn image_rows_to_prefill(prompt: &[u32], reused: usize, images: &mut Images<'_>)
         }
     }
     if runs.len() != images.count {
-        return Err(GenerateError::ImageCount { expected: images.count, found: runs.len() });
+        return Err(GenerateError::ImageCount {
+            expected: images.count,
+            found: runs.len(),
+        });
     }
     let mut parts = Vec::new();
     for (k, &(start, len)) in runs.iter().enumerate() {
@@ -160,9 +182,16 @@ fn image_rows_to_prefill(prompt: &[u32], reused: usize, images: &mut Images<'_>)
         let features = (images.features)(k)?;
         let rows = features.shape().first().copied().unwrap_or(0) as usize;
         if rows != len {
-            return Err(GenerateError::ImageCount { expected: len, found: rows });
+            return Err(GenerateError::ImageCount {
+                expected: len,
+                found: rows,
+            });
         }
-        parts.push(if cached > 0 { features.index(cached as i32..) } else { features });
+        parts.push(if cached > 0 {
+            features.index(cached as i32..)
+        } else {
+            features
+        });
     }
     Ok(match parts.len() {
         0 => None,
@@ -190,7 +219,10 @@ pub fn generate(
         return Err(GenerateError::EmptyPrompt);
     }
     if prompt.len() >= options.context_window {
-        return Err(GenerateError::PromptTooLong { prompt: prompt.len(), context: options.context_window });
+        return Err(GenerateError::PromptTooLong {
+            prompt: prompt.len(),
+            context: options.context_window,
+        });
     }
     let start = Instant::now();
     let reused = session.rewind_for(model, prompt);
@@ -199,13 +231,22 @@ pub fn generate(
         Some(images) => image_rows_to_prefill(prompt, reused, images)?,
         None => None,
     };
-    let media: Vec<MediaFeatures<'_>> = features.iter().map(|(id, f)| MediaFeatures { token_id: *id, features: f }).collect();
+    let media: Vec<MediaFeatures<'_>> = features
+        .iter()
+        .map(|(id, f)| MediaFeatures {
+            token_id: *id,
+            features: f,
+        })
+        .collect();
     let logits = prefill(model, session, new, &media, options.prefill_chunk)?;
     let mut sampler = Sampler::new(options.sampler.clone())?;
     let penalize = options.sampler.repetition_penalty.is_some();
     let mut history = if penalize {
         let window = options.sampler.repetition_window.min(session.tokens.len());
-        Array::from_slice(&session.tokens[session.tokens.len() - window..], &[window as i32])
+        Array::from_slice(
+            &session.tokens[session.tokens.len() - window..],
+            &[window as i32],
+        )
     } else {
         Array::from_slice::<u32>(&[], &[0])
     };
@@ -236,7 +277,9 @@ pub fn generate(
             async_eval([&next])?;
             Some(next)
         };
-        let token: u32 = y.try_item_exact::<u32>().map_err(|e| GenerateError::Token(e.to_string()))?;
+        let token: u32 = y
+            .try_item_exact::<u32>()
+            .map_err(|e| GenerateError::Token(e.to_string()))?;
         if next.is_some() {
             session.tokens.push(token);
         }
@@ -246,7 +289,10 @@ pub fn generate(
             break StopReason::EndOfTurn;
         }
         let text = detok.push(token)?.unwrap_or_default();
-        on_delta(Delta { token: Some(token), text });
+        on_delta(Delta {
+            token: Some(token),
+            text,
+        });
         match next {
             Some(n) if !cancel.load(Ordering::Relaxed) => y = n,
             _ if cancel.load(Ordering::Relaxed) => break StopReason::Cancelled,
@@ -255,7 +301,10 @@ pub fn generate(
         }
     };
     if let Some(rest) = detok.finish()? {
-        on_delta(Delta { token: None, text: rest });
+        on_delta(Delta {
+            token: None,
+            text: rest,
+        });
     }
     let decode_secs = decode_start.elapsed().as_secs_f64();
     let prefill_secs = prefill_done.as_secs_f64().max(1e-9);
@@ -265,13 +314,23 @@ pub fn generate(
         generated_tokens: generated,
         time_to_first_token_ms: first_token_at.unwrap_or(prefill_done).as_secs_f64() * 1000.0,
         prefill_tokens_per_second: new.len() as f64 / prefill_secs,
-        decode_tokens_per_second: if decode_secs > 0.0 { generated as f64 / decode_secs } else { 0.0 },
+        decode_tokens_per_second: if decode_secs > 0.0 {
+            generated as f64 / decode_secs
+        } else {
+            0.0
+        },
         stop_reason,
     })
 }
 
 /// Feeds `new` prompt tokens in chunks; returns the last position's logits `[1, vocab]`.
-fn prefill(model: &Model, session: &mut Session, new: &[u32], media: &[MediaFeatures<'_>], chunk: usize) -> Result<Array> {
+fn prefill(
+    model: &Model,
+    session: &mut Session,
+    new: &[u32],
+    media: &[MediaFeatures<'_>],
+    chunk: usize,
+) -> Result<Array> {
     let chunk = chunk.max(1);
     let mut logits = None;
     let mut done = 0;
@@ -287,7 +346,13 @@ fn prefill(model: &Model, session: &mut Session, new: &[u32], media: &[MediaFeat
                 (inside > 0).then(|| (m.token_id, m.features.index(before..before + inside)))
             })
             .collect();
-        let chunk_media: Vec<MediaFeatures<'_>> = sliced.iter().map(|(id, f)| MediaFeatures { token_id: *id, features: f }).collect();
+        let chunk_media: Vec<MediaFeatures<'_>> = sliced
+            .iter()
+            .map(|(id, f)| MediaFeatures {
+                token_id: *id,
+                features: f,
+            })
+            .collect();
         let out = model.forward(part, &chunk_media, &mut session.caches, Some(1))?;
         let mut to_eval: Vec<&Array> = session.caches.iter().flat_map(|c| c.arrays()).collect();
         to_eval.push(&out);

@@ -48,12 +48,28 @@ impl LoadedModel {
         let tokenizer = Tokenizer::load(dir)?;
         let template = ChatTemplate::load(dir)?;
         let specials = SpecialTokens::load(dir, &tokenizer)?;
-        Ok(Self { dir: dir.to_path_buf(), model, tokenizer, template, specials })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            model,
+            tokenizer,
+            template,
+            specials,
+        })
     }
 
     /// Renders and tokenizes a conversation, ready for generation.
-    pub fn prompt_ids(&self, messages: &[Message], thinking: bool) -> Result<Vec<u32>, EngineError> {
-        let text = self.template.render(messages, RenderOptions { add_generation_prompt: true, enable_thinking: thinking })?;
+    pub fn prompt_ids(
+        &self,
+        messages: &[Message],
+        thinking: bool,
+    ) -> Result<Vec<u32>, EngineError> {
+        let text = self.template.render(
+            messages,
+            RenderOptions {
+                add_generation_prompt: true,
+                enable_thinking: thinking,
+            },
+        )?;
         Ok(self.tokenizer.encode(&text)?)
     }
 }
@@ -73,7 +89,11 @@ pub struct ChatRequest {
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum Event {
     #[serde(rename_all = "camelCase")]
-    Delta { generation_id: u64, delta: String, token_count: usize },
+    Delta {
+        generation_id: u64,
+        delta: String,
+        token_count: usize,
+    },
     #[serde(rename_all = "camelCase")]
     Done { generation_id: u64, usage: Usage },
     #[serde(rename_all = "camelCase")]
@@ -81,8 +101,17 @@ pub enum Event {
 }
 
 enum Command {
-    Load { dir: PathBuf, options: LoadOptions, reply: Sender<Result<(), EngineError>> },
-    Generate { id: u64, request: ChatRequest, cancel: Arc<AtomicBool>, events: Box<dyn FnMut(Event) + Send> },
+    Load {
+        dir: PathBuf,
+        options: LoadOptions,
+        reply: Sender<Result<(), EngineError>>,
+    },
+    Generate {
+        id: u64,
+        request: ChatRequest,
+        cancel: Arc<AtomicBool>,
+        events: Box<dyn FnMut(Event) + Send>,
+    },
     Shutdown,
 }
 
@@ -104,25 +133,45 @@ impl Engine {
             .name("gemma-engine".into())
             .spawn(move || run(inbox, finished))
             .ok();
-        Self { commands, next_id: AtomicU64::new(1), running, thread }
+        Self {
+            commands,
+            next_id: AtomicU64::new(1),
+            running,
+            thread,
+        }
     }
 
     /// Loads a model folder (blocking until loaded or failed).
     pub fn load(&self, dir: &Path, options: LoadOptions) -> Result<(), EngineError> {
         let (reply, answer) = channel();
-        self.commands.send(Command::Load { dir: dir.to_path_buf(), options, reply }).map_err(|_| EngineError::Stopped)?;
+        self.commands
+            .send(Command::Load {
+                dir: dir.to_path_buf(),
+                options,
+                reply,
+            })
+            .map_err(|_| EngineError::Stopped)?;
         answer.recv().map_err(|_| EngineError::Stopped)?
     }
 
     /// Queues a generation; events arrive through `events` on the engine thread. Returns its id.
-    pub fn generate(&self, request: ChatRequest, events: impl FnMut(Event) + Send + 'static) -> Result<u64, EngineError> {
+    pub fn generate(
+        &self,
+        request: ChatRequest,
+        events: impl FnMut(Event) + Send + 'static,
+    ) -> Result<u64, EngineError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let cancel = Arc::new(AtomicBool::new(false));
         if let Ok(mut running) = self.running.lock() {
             running.insert(id, cancel.clone());
         }
         self.commands
-            .send(Command::Generate { id, request, cancel, events: Box::new(events) })
+            .send(Command::Generate {
+                id,
+                request,
+                cancel,
+                events: Box::new(events),
+            })
             .map_err(|_| EngineError::Stopped)?;
         Ok(id)
     }
@@ -142,7 +191,9 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         if let Ok(running) = self.running.lock() {
-            running.values().for_each(|f| f.store(true, Ordering::Relaxed));
+            running
+                .values()
+                .for_each(|f| f.store(true, Ordering::Relaxed));
         }
         let _ = self.commands.send(Command::Shutdown);
         if let Some(thread) = self.thread.take() {
@@ -158,17 +209,39 @@ fn run(inbox: Receiver<Command>, running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>
     while let Ok(command) = inbox.recv() {
         match command {
             Command::Shutdown => break,
-            Command::Load { dir, options, reply } => {
+            Command::Load {
+                dir,
+                options,
+                reply,
+            } => {
                 session = None;
                 loaded = None;
                 let result = LoadedModel::load(&dir, &options).map(|m| loaded = Some(m));
                 let _ = reply.send(result);
             }
-            Command::Generate { id, request, cancel, mut events } => {
-                let result = answer(loaded.as_ref(), &mut session, id, &request, &cancel, &mut events);
+            Command::Generate {
+                id,
+                request,
+                cancel,
+                mut events,
+            } => {
+                let result = answer(
+                    loaded.as_ref(),
+                    &mut session,
+                    id,
+                    &request,
+                    &cancel,
+                    &mut events,
+                );
                 match result {
-                    Ok(usage) => events(Event::Done { generation_id: id, usage }),
-                    Err(e) => events(Event::Error { generation_id: id, message: e.to_string() }),
+                    Ok(usage) => events(Event::Done {
+                        generation_id: id,
+                        usage,
+                    }),
+                    Err(e) => events(Event::Error {
+                        generation_id: id,
+                        message: e.to_string(),
+                    }),
                 }
                 if let Ok(mut r) = running.lock() {
                     r.remove(&id);
@@ -193,10 +266,24 @@ fn answer(
         _ => Session::new(&m.model),
     };
     let mut count = 0;
-    let result = generate(&m.model, &mut current, &prompt, None, &m.tokenizer, &m.specials, &request.options, cancel, |d| {
-        count += 1;
-        events(Event::Delta { generation_id: id, delta: d.text, token_count: count });
-    });
+    let result = generate(
+        &m.model,
+        &mut current,
+        &prompt,
+        None,
+        &m.tokenizer,
+        &m.specials,
+        &request.options,
+        cancel,
+        |d| {
+            count += 1;
+            events(Event::Delta {
+                generation_id: id,
+                delta: d.text,
+                token_count: count,
+            });
+        },
+    );
     *session = Some((request.conversation.clone(), current));
     Ok(result?)
 }

@@ -15,14 +15,24 @@ use gemma::LoadOptions;
 fn fixture() -> PathBuf {
     let root = std::env::var_os("GEMMA_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures"));
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures")
+        });
     let dir = root.join("tiny");
-    assert!(dir.join("config.json").exists(), "fixture {} missing: run `make fixtures`", dir.display());
+    assert!(
+        dir.join("config.json").exists(),
+        "fixture {} missing: run `make fixtures`",
+        dir.display()
+    );
     dir
 }
 
 fn greedy(max_tokens: usize) -> GenerateOptions {
-    GenerateOptions { sampler: SamplerConfig::greedy(), max_tokens, ..GenerateOptions::default() }
+    GenerateOptions {
+        sampler: SamplerConfig::greedy(),
+        max_tokens,
+        ..GenerateOptions::default()
+    }
 }
 
 #[test]
@@ -33,9 +43,17 @@ fn a_follow_up_turn_prefills_only_the_new_tokens() {
     let mut messages = vec![Message::text(Role::User, "Tell me about bread and rivers.")];
     let first = m.prompt_ids(&messages, false).unwrap();
     let mut answer_ids = Vec::new();
-    let usage = generate(&m.model, &mut session, &first, None, &m.tokenizer, &m.specials, &greedy(12), &cancel, |d| {
-        answer_ids.extend(d.token)
-    })
+    let usage = generate(
+        &m.model,
+        &mut session,
+        &first,
+        None,
+        &m.tokenizer,
+        &m.specials,
+        &greedy(12),
+        &cancel,
+        |d| answer_ids.extend(d.token),
+    )
     .unwrap();
     assert_eq!(usage.reused_tokens, 0);
     assert_eq!(usage.prompt_tokens, first.len());
@@ -46,29 +64,88 @@ fn a_follow_up_turn_prefills_only_the_new_tokens() {
     messages.push(Message::text(Role::User, "And mountains?"));
     let second = m.prompt_ids(&messages, false).unwrap();
     let cached = session.tokens().to_vec();
-    let common = cached.iter().zip(&second).take_while(|(a, b)| a == b).count();
-    assert!(common > first.len(), "the second prompt shares the whole first turn ({common} of {})", first.len());
-    let usage = generate(&m.model, &mut session, &second, None, &m.tokenizer, &m.specials, &greedy(4), &cancel, |_| {}).unwrap();
-    assert_eq!(usage.reused_tokens, common, "reused exactly the common prefix");
-    assert_eq!(usage.prompt_tokens - usage.reused_tokens, second.len() - common, "only new tokens were prefilled");
+    let common = cached
+        .iter()
+        .zip(&second)
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert!(
+        common > first.len(),
+        "the second prompt shares the whole first turn ({common} of {})",
+        first.len()
+    );
+    let usage = generate(
+        &m.model,
+        &mut session,
+        &second,
+        None,
+        &m.tokenizer,
+        &m.specials,
+        &greedy(4),
+        &cancel,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(
+        usage.reused_tokens, common,
+        "reused exactly the common prefix"
+    );
+    assert_eq!(
+        usage.prompt_tokens - usage.reused_tokens,
+        second.len() - common,
+        "only new tokens were prefilled"
+    );
 }
 
 #[test]
 fn reused_cache_gives_the_same_answer_as_a_fresh_one() {
-    let m = LoadedModel::load(&fixture(), &LoadOptions { dtype: Some(mlx_rs::Dtype::Float32) }).unwrap();
+    let m = LoadedModel::load(
+        &fixture(),
+        &LoadOptions {
+            dtype: Some(mlx_rs::Dtype::Float32),
+        },
+    )
+    .unwrap();
     let cancel = AtomicBool::new(false);
-    let first = m.prompt_ids(&[Message::text(Role::User, "Bread?")], false).unwrap();
+    let first = m
+        .prompt_ids(&[Message::text(Role::User, "Bread?")], false)
+        .unwrap();
     let mut warm = Session::new(&m.model);
-    generate(&m.model, &mut warm, &first, None, &m.tokenizer, &m.specials, &greedy(40), &cancel, |_| {}).unwrap();
+    generate(
+        &m.model,
+        &mut warm,
+        &first,
+        None,
+        &m.tokenizer,
+        &m.specials,
+        &greedy(40),
+        &cancel,
+        |_| {},
+    )
+    .unwrap();
     let messages = vec![
         Message::text(Role::User, "Bread?"),
         Message::text(Role::Assistant, "Flour and water."),
-        Message::text(Role::User, "What else goes in it, and how long does it rise?"),
+        Message::text(
+            Role::User,
+            "What else goes in it, and how long does it rise?",
+        ),
     ];
     let second = m.prompt_ids(&messages, false).unwrap();
     let tokens = |session: &mut Session| {
         let mut ids = Vec::new();
-        generate(&m.model, session, &second, None, &m.tokenizer, &m.specials, &greedy(8), &cancel, |d| ids.extend(d.token)).unwrap();
+        generate(
+            &m.model,
+            session,
+            &second,
+            None,
+            &m.tokenizer,
+            &m.specials,
+            &greedy(8),
+            &cancel,
+            |d| ids.extend(d.token),
+        )
+        .unwrap();
         ids
     };
     let with_reuse = tokens(&mut warm);
@@ -80,22 +157,68 @@ fn reused_cache_gives_the_same_answer_as_a_fresh_one() {
 fn limits_are_reported_not_silent() {
     let m = LoadedModel::load(&fixture(), &LoadOptions::default()).unwrap();
     let cancel = AtomicBool::new(false);
-    let prompt = m.prompt_ids(&[Message::text(Role::User, "Hello")], false).unwrap();
+    let prompt = m
+        .prompt_ids(&[Message::text(Role::User, "Hello")], false)
+        .unwrap();
     let mut session = Session::new(&m.model);
     let mut count = 0;
-    let usage = generate(&m.model, &mut session, &prompt, None, &m.tokenizer, &m.specials, &greedy(3), &cancel, |_| count += 1).unwrap();
-    assert_eq!((usage.generated_tokens, usage.stop_reason), (3, StopReason::MaxTokens));
+    let usage = generate(
+        &m.model,
+        &mut session,
+        &prompt,
+        None,
+        &m.tokenizer,
+        &m.specials,
+        &greedy(3),
+        &cancel,
+        |_| count += 1,
+    )
+    .unwrap();
+    assert_eq!(
+        (usage.generated_tokens, usage.stop_reason),
+        (3, StopReason::MaxTokens)
+    );
     assert!(count >= 3);
 
-    let tight = GenerateOptions { context_window: prompt.len() + 2, ..greedy(100) };
-    let usage = generate(&m.model, &mut Session::new(&m.model), &prompt, None, &m.tokenizer, &m.specials, &tight, &cancel, |_| {}).unwrap();
+    let tight = GenerateOptions {
+        context_window: prompt.len() + 2,
+        ..greedy(100)
+    };
+    let usage = generate(
+        &m.model,
+        &mut Session::new(&m.model),
+        &prompt,
+        None,
+        &m.tokenizer,
+        &m.specials,
+        &tight,
+        &cancel,
+        |_| {},
+    )
+    .unwrap();
     assert_eq!(usage.stop_reason, StopReason::ContextFull);
     assert!(usage.generated_tokens <= 2);
 
-    let too_small = GenerateOptions { context_window: prompt.len(), ..greedy(10) };
-    let error = generate(&m.model, &mut Session::new(&m.model), &prompt, None, &m.tokenizer, &m.specials, &too_small, &cancel, |_| {})
-        .unwrap_err();
-    assert!(matches!(error, GenerateError::PromptTooLong { .. }), "{error}");
+    let too_small = GenerateOptions {
+        context_window: prompt.len(),
+        ..greedy(10)
+    };
+    let error = generate(
+        &m.model,
+        &mut Session::new(&m.model),
+        &prompt,
+        None,
+        &m.tokenizer,
+        &m.specials,
+        &too_small,
+        &cancel,
+        |_| {},
+    )
+    .unwrap_err();
+    assert!(
+        matches!(error, GenerateError::PromptTooLong { .. }),
+        "{error}"
+    );
 }
 
 #[test]
@@ -108,14 +231,25 @@ fn the_engine_thread_streams_and_stops_when_cancelled() {
         messages: vec![Message::text(Role::User, "Write forever.")],
         thinking: false,
         // No end-of-turn stop can end it early: the answer only ends by cancellation.
-        options: GenerateOptions { sampler: SamplerConfig::greedy(), max_tokens: 100_000, ..GenerateOptions::default() },
+        options: GenerateOptions {
+            sampler: SamplerConfig::greedy(),
+            max_tokens: 100_000,
+            ..GenerateOptions::default()
+        },
     };
     let id = engine.generate(request, move |e| drop(tx.send(e))).unwrap();
     let mut deltas = 0;
     let mut cancelled_at = None;
     let done = loop {
-        match rx.recv_timeout(Duration::from_secs(60)).expect("engine went silent") {
-            Event::Delta { generation_id, token_count, .. } => {
+        match rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("engine went silent")
+        {
+            Event::Delta {
+                generation_id,
+                token_count,
+                ..
+            } => {
                 assert_eq!(generation_id, id);
                 deltas += 1;
                 assert_eq!(token_count, deltas);
@@ -130,6 +264,10 @@ fn the_engine_thread_streams_and_stops_when_cancelled() {
     };
     let latency = cancelled_at.expect("cancelled").elapsed();
     assert_eq!(done.stop_reason, StopReason::Cancelled);
-    assert!(done.generated_tokens <= 5, "stopped within a token or two, not after {}", done.generated_tokens);
+    assert!(
+        done.generated_tokens <= 5,
+        "stopped within a token or two, not after {}",
+        done.generated_tokens
+    );
     eprintln!("cancel → done: {latency:?}");
 }

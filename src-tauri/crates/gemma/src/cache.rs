@@ -92,7 +92,9 @@ impl KvCache {
     pub fn keys_after(&self, new: usize) -> usize {
         match self {
             KvCache::Full(b) => b.len() + new,
-            KvCache::Sliding { buffer, window } => buffer.len().min(window - 1 + REWIND_SLACK) + new,
+            KvCache::Sliding { buffer, window } => {
+                buffer.len().min(window - 1 + REWIND_SLACK) + new
+            }
         }
     }
 
@@ -106,7 +108,9 @@ impl KvCache {
     pub fn update_and_fetch(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
         match self {
             KvCache::Full(b) => b.append(keys, values, None),
-            KvCache::Sliding { buffer, window } => buffer.append(keys, values, Some(*window - 1 + REWIND_SLACK)),
+            KvCache::Sliding { buffer, window } => {
+                buffer.append(keys, values, Some(*window - 1 + REWIND_SLACK))
+            }
         }
     }
 

@@ -220,7 +220,7 @@ impl Config {
         }
         if t.num_attention_heads == 0
             || t.num_key_value_heads == 0
-            || t.num_attention_heads % t.num_key_value_heads != 0
+            || !t.num_attention_heads.is_multiple_of(t.num_key_value_heads)
         {
             return Err(
                 "num_attention_heads must be a positive multiple of num_key_value_heads".into(),

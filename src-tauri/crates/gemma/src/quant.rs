@@ -71,7 +71,11 @@ fn quant_spec(
     let from_shapes = || -> Option<QuantSpec> {
         let packed = *store.shape(&format!("{path}.weight"))?.last()?;
         let groups = *store.shape(&format!("{path}.scales"))?.last()?;
-        if packed == 0 || groups == 0 || inp % groups != 0 || (packed * 32) % inp != 0 {
+        if packed == 0
+            || groups == 0
+            || !inp.is_multiple_of(groups)
+            || !(packed * 32).is_multiple_of(inp)
+        {
             return None;
         }
         Some(QuantSpec {

@@ -437,10 +437,9 @@ impl TextModel {
                     m.clone()
                 }
             });
-            let pli = match &per_layer {
-                Some(p) => Some(p.index((.., skip as i32.., i as i32, ..))),
-                None => None,
-            };
+            let pli = per_layer
+                .as_ref()
+                .map(|p| p.index((.., skip as i32.., i as i32, ..)));
             let kv_in = match layer.spec.kv {
                 KvSource::Own { .. } => {
                     let slot = cache_slot;

@@ -10,9 +10,15 @@ use safetensors::tensor::TensorView;
 fn fixture(name: &str) -> PathBuf {
     let root = std::env::var_os("GEMMA_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures"));
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures")
+        });
     let dir = root.join(name);
-    assert!(dir.join("config.json").exists(), "fixture {} missing: run `make fixtures`", dir.display());
+    assert!(
+        dir.join("config.json").exists(),
+        "fixture {} missing: run `make fixtures`",
+        dir.display()
+    );
     dir
 }
 
@@ -35,15 +41,24 @@ fn load_error(dir: &Path) -> String {
 }
 
 /// Rewrites one safetensors file of `dir` through `edit` (name → (dtype, shape, bytes)).
-fn rewrite(dir: &Path, file: &str, edit: impl FnOnce(&mut BTreeMap<String, (safetensors::Dtype, Vec<usize>, Vec<u8>)>)) {
+fn rewrite(
+    dir: &Path,
+    file: &str,
+    edit: impl FnOnce(&mut BTreeMap<String, (safetensors::Dtype, Vec<usize>, Vec<u8>)>),
+) {
     let path = dir.join(file);
     let bytes = std::fs::read(&path).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut tensors: BTreeMap<_, _> =
-        st.tensors().into_iter().map(|(n, t)| (n, (t.dtype(), t.shape().to_vec(), t.data().to_vec()))).collect();
+    let mut tensors: BTreeMap<_, _> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, t)| (n, (t.dtype(), t.shape().to_vec(), t.data().to_vec())))
+        .collect();
     edit(&mut tensors);
-    let views: Vec<(String, TensorView)> =
-        tensors.iter().map(|(n, (d, s, b))| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    let views: Vec<(String, TensorView)> = tensors
+        .iter()
+        .map(|(n, (d, s, b))| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
     let metadata = Some([("format".to_string(), "mlx".to_string())].into());
     safetensors::serialize_to_file(views, metadata, &path).unwrap();
 }
@@ -62,10 +77,15 @@ fn first_shard(dir: &Path) -> String {
 #[test]
 fn every_fixture_variant_loads_with_its_layer_table() {
     for name in ["tiny", "tiny-optiq", "tiny-plmp-bf16"] {
-        let model = Model::load(&fixture(name), &LoadOptions::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let model = Model::load(&fixture(name), &LoadOptions::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         let layers = model.layers();
         let owners = layers.iter().filter(|l| l.owns_kv()).count();
-        assert_eq!(owners, layers.len() - model.config().text.num_kv_shared_layers, "{name}");
+        assert_eq!(
+            owners,
+            layers.len() - model.config().text.num_kv_shared_layers,
+            "{name}"
+        );
         assert!(model.vision().is_some(), "{name} has a vision tower");
     }
 }
@@ -76,9 +96,16 @@ fn missing_and_unexpected_tensors_are_listed_together() {
     let file = first_shard(tmp.path());
     let mut removed = String::new();
     rewrite(tmp.path(), &file, |t| {
-        removed = t.keys().find(|k| k.ends_with("layers.3.mlp.up_proj.scales")).unwrap().clone();
+        removed = t
+            .keys()
+            .find(|k| k.ends_with("layers.3.mlp.up_proj.scales"))
+            .unwrap()
+            .clone();
         t.remove(&removed);
-        t.insert("language_model.model.layers.3.mlp.surprise.weight".into(), (safetensors::Dtype::BF16, vec![2], vec![0; 4]));
+        t.insert(
+            "language_model.model.layers.3.mlp.surprise.weight".into(),
+            (safetensors::Dtype::BF16, vec![2], vec![0; 4]),
+        );
     });
     let error = load_error(tmp.path());
     assert!(error.contains("unexpected tensors"), "{error}");
@@ -96,7 +123,10 @@ fn a_missing_tensor_is_named() {
     });
     let error = load_error(tmp.path());
     assert!(error.contains("missing tensors (1)"), "{error}");
-    assert!(error.contains("language_model.model.layers.2.post_attention_layernorm.weight"), "{error}");
+    assert!(
+        error.contains("language_model.model.layers.2.post_attention_layernorm.weight"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -109,7 +139,10 @@ fn a_misshapen_tensor_names_its_shapes() {
         norm.2.truncate(norm.2.len() / 2);
     });
     let error = load_error(tmp.path());
-    assert!(error.contains("language_model.model.norm.weight: shape"), "{error}");
+    assert!(
+        error.contains("language_model.model.norm.weight: shape"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -140,7 +173,11 @@ fn broken_configs_are_explained() {
     std::fs::write(&config, &text[..text.len() / 2]).unwrap();
     assert!(load_error(tmp.path()).contains("config.json is not a valid Gemma 4 file"));
 
-    std::fs::write(&config, text.replace("\"model_type\": \"gemma4\"", "\"model_type\": \"llama\"")).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("\"model_type\": \"gemma4\"", "\"model_type\": \"llama\""),
+    )
+    .unwrap();
     assert!(load_error(tmp.path()).contains("\"llama\""));
 
     std::fs::remove_file(&config).unwrap();
@@ -156,9 +193,15 @@ fn kv_tensors_of_shared_layers_are_ignored() {
         if entry.path().extension().is_some_and(|e| e == "safetensors") {
             let bytes = std::fs::read(entry.path()).unwrap();
             let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
-            has_shared_kv |= meta.tensors().keys().any(|k| k.contains("layers.11.self_attn.k_proj"));
+            has_shared_kv |= meta
+                .tensors()
+                .keys()
+                .any(|k| k.contains("layers.11.self_attn.k_proj"));
         }
     }
-    assert!(has_shared_kv, "the fixture should carry shared-layer K/V tensors");
+    assert!(
+        has_shared_kv,
+        "the fixture should carry shared-layer K/V tensors"
+    );
     Model::load(&dir, &LoadOptions::default()).unwrap();
 }

@@ -14,7 +14,11 @@ use gemma::{LoadOptions, Model};
 use mlx_rs::{Array, Dtype};
 
 #[derive(Parser)]
-#[command(name = "gemma-desk-cli", version, about = "Gemma 4 on MLX, from the terminal")]
+#[command(
+    name = "gemma-desk-cli",
+    version,
+    about = "Gemma 4 on MLX, from the terminal"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -108,11 +112,26 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Generate { model, prompt, system, json, sampling } => generate_once(&model, &prompt, system, json, &sampling),
-        Command::Chat { model, system, sampling } => chat(&model, system, &sampling),
-        Command::Logits { model, tokens, dtype, all_positions, prefill, out } => {
-            logits(&model, &tokens, dtype, all_positions, prefill, &out)
-        }
+        Command::Generate {
+            model,
+            prompt,
+            system,
+            json,
+            sampling,
+        } => generate_once(&model, &prompt, system, json, &sampling),
+        Command::Chat {
+            model,
+            system,
+            sampling,
+        } => chat(&model, system, &sampling),
+        Command::Logits {
+            model,
+            tokens,
+            dtype,
+            all_positions,
+            prefill,
+            out,
+        } => logits(&model, &tokens, dtype, all_positions, prefill, &out),
     }
 }
 
@@ -124,11 +143,23 @@ fn dtype_of(dtype: Option<DtypeArg>) -> Option<Dtype> {
 }
 
 fn load(dir: &Path, dtype: Option<DtypeArg>) -> Result<Model> {
-    Model::load(dir, &LoadOptions { dtype: dtype_of(dtype) }).with_context(|| format!("loading {}", dir.display()))
+    Model::load(
+        dir,
+        &LoadOptions {
+            dtype: dtype_of(dtype),
+        },
+    )
+    .with_context(|| format!("loading {}", dir.display()))
 }
 
 fn load_chat(dir: &Path, sampling: &SamplingArgs) -> Result<(LoadedModel, GenerateOptions)> {
-    let loaded = LoadedModel::load(dir, &LoadOptions { dtype: dtype_of(sampling.dtype) }).with_context(|| format!("loading {}", dir.display()))?;
+    let loaded = LoadedModel::load(
+        dir,
+        &LoadOptions {
+            dtype: dtype_of(sampling.dtype),
+        },
+    )
+    .with_context(|| format!("loading {}", dir.display()))?;
     let mut sampler = SamplerConfig::load(dir)?;
     if let Some(t) = sampling.temperature {
         sampler.temperature = t;
@@ -139,38 +170,65 @@ fn load_chat(dir: &Path, sampling: &SamplingArgs) -> Result<(LoadedModel, Genera
     sampler.repetition_penalty = sampling.repetition_penalty.or(sampler.repetition_penalty);
     sampler.seed = sampling.seed;
     sampler.validate()?;
-    let options = GenerateOptions { sampler, max_tokens: sampling.max_tokens, ..GenerateOptions::default() };
+    let options = GenerateOptions {
+        sampler,
+        max_tokens: sampling.max_tokens,
+        ..GenerateOptions::default()
+    };
     Ok((loaded, options))
 }
 
-fn generate_once(dir: &Path, prompt: &str, system: Option<String>, json: bool, sampling: &SamplingArgs) -> Result<()> {
+fn generate_once(
+    dir: &Path,
+    prompt: &str,
+    system: Option<String>,
+    json: bool,
+    sampling: &SamplingArgs,
+) -> Result<()> {
     let (m, options) = load_chat(dir, sampling)?;
-    let mut messages: Vec<Message> = system.into_iter().map(|s| Message::text(Role::System, s)).collect();
+    let mut messages: Vec<Message> = system
+        .into_iter()
+        .map(|s| Message::text(Role::System, s))
+        .collect();
     messages.push(Message::text(Role::User, prompt));
     let ids = m.prompt_ids(&messages, sampling.thinking)?;
     let mut session = Session::new(&m.model);
     let cancel = AtomicBool::new(false);
     let mut out = std::io::stdout().lock();
-    let usage = generate(&m.model, &mut session, &ids, None, &m.tokenizer, &m.specials, &options, &cancel, |d| {
-        let line = if json {
-            let record = match d.token {
-                Some(token) => serde_json::json!({ "token": token, "text": d.text }),
-                None => serde_json::json!({ "text": d.text }),
+    let usage = generate(
+        &m.model,
+        &mut session,
+        &ids,
+        None,
+        &m.tokenizer,
+        &m.specials,
+        &options,
+        &cancel,
+        |d| {
+            let line = if json {
+                let record = match d.token {
+                    Some(token) => serde_json::json!({ "token": token, "text": d.text }),
+                    None => serde_json::json!({ "text": d.text }),
+                };
+                format!("{record}\n")
+            } else {
+                d.text
             };
-            format!("{record}\n")
-        } else {
-            d.text
-        };
-        let _ = out.write_all(line.as_bytes());
-        let _ = out.flush();
-    })?;
+            let _ = out.write_all(line.as_bytes());
+            let _ = out.flush();
+        },
+    )?;
     if json {
         writeln!(out, "{}", serde_json::json!({ "usage": usage }))?;
     } else {
         writeln!(out)?;
         eprintln!(
             "[{} prompt tokens, {} generated, {:.1} tok/s, first token after {:.0} ms, {:?}]",
-            usage.prompt_tokens, usage.generated_tokens, usage.decode_tokens_per_second, usage.time_to_first_token_ms, usage.stop_reason
+            usage.prompt_tokens,
+            usage.generated_tokens,
+            usage.decode_tokens_per_second,
+            usage.time_to_first_token_ms,
+            usage.stop_reason
         );
     }
     Ok(())
@@ -178,7 +236,10 @@ fn generate_once(dir: &Path, prompt: &str, system: Option<String>, json: bool, s
 
 fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<()> {
     let (m, options) = load_chat(dir, sampling)?;
-    let mut messages: Vec<Message> = system.into_iter().map(|s| Message::text(Role::System, s)).collect();
+    let mut messages: Vec<Message> = system
+        .into_iter()
+        .map(|s| Message::text(Role::System, s))
+        .collect();
     let mut session = Session::new(&m.model);
     let cancel = AtomicBool::new(false);
     let stdin = std::io::stdin();
@@ -191,24 +252,47 @@ fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<(
         messages.push(Message::text(Role::User, line.trim()));
         let ids = m.prompt_ids(&messages, sampling.thinking)?;
         let mut answer = String::new();
-        let usage = generate(&m.model, &mut session, &ids, None, &m.tokenizer, &m.specials, &options, &cancel, |d| {
-            print!("{}", d.text);
-            let _ = std::io::stdout().flush();
-            answer.push_str(&d.text);
-        })?;
+        let usage = generate(
+            &m.model,
+            &mut session,
+            &ids,
+            None,
+            &m.tokenizer,
+            &m.specials,
+            &options,
+            &cancel,
+            |d| {
+                print!("{}", d.text);
+                let _ = std::io::stdout().flush();
+                answer.push_str(&d.text);
+            },
+        )?;
         println!();
-        eprintln!("[{:.1} tok/s, {} reused prompt tokens]", usage.decode_tokens_per_second, usage.reused_tokens);
+        eprintln!(
+            "[{:.1} tok/s, {} reused prompt tokens]",
+            usage.decode_tokens_per_second, usage.reused_tokens
+        );
         messages.push(Message::text(Role::Assistant, answer));
     }
 }
 
-fn logits(dir: &Path, tokens: &[u32], dtype: Option<DtypeArg>, all: bool, prefill: Option<usize>, out: &Path) -> Result<()> {
+fn logits(
+    dir: &Path,
+    tokens: &[u32],
+    dtype: Option<DtypeArg>,
+    all: bool,
+    prefill: Option<usize>,
+    out: &Path,
+) -> Result<()> {
     let model = load(dir, dtype)?;
     let mut caches = model.new_caches();
     let rows: Array = match prefill {
         Some(n) => {
             if n == 0 || n > tokens.len() {
-                bail!("--prefill must be between 1 and the number of tokens ({})", tokens.len());
+                bail!(
+                    "--prefill must be between 1 and the number of tokens ({})",
+                    tokens.len()
+                );
             }
             let mut parts = vec![model.forward(&tokens[..n], &[], &mut caches, None)?];
             for &token in &tokens[n..] {
@@ -220,7 +304,11 @@ fn logits(dir: &Path, tokens: &[u32], dtype: Option<DtypeArg>, all: bool, prefil
         }
         None => model.forward(tokens, &[], &mut caches, if all { None } else { Some(1) })?,
     };
-    let rows = if all || prefill.is_some() { rows } else { rows.reshape(&[-1])? };
+    let rows = if all || prefill.is_some() {
+        rows
+    } else {
+        rows.reshape(&[-1])?
+    };
     write_f32(out, "logits", &rows)
 }
 
@@ -228,7 +316,11 @@ fn logits(dir: &Path, tokens: &[u32], dtype: Option<DtypeArg>, all: bool, prefil
 fn write_f32(path: &Path, name: &str, array: &Array) -> Result<()> {
     let array = array.as_dtype(Dtype::Float32)?;
     array.eval()?;
-    let data: Vec<u8> = array.as_slice::<f32>().iter().flat_map(|v| v.to_le_bytes()).collect();
+    let data: Vec<u8> = array
+        .as_slice::<f32>()
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
     let shape: Vec<usize> = array.shape().iter().map(|&d| d as usize).collect();
     let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, &data)?;
     safetensors::serialize_to_file([(name, view)], None, path)?;

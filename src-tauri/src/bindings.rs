@@ -1,0 +1,50 @@
+//! TypeScript types for everything the UI receives, generated from the Rust types by ts-rs.
+//! This test fails while `ui/src/bindings` is stale and rewrites it, so the fix is to commit it.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use ts_rs::{Config, TS};
+
+use crate::error::CommandError;
+use crate::status::AppStatus;
+
+/// Reads every `.ts` file in `dir` by name; a missing folder reads as empty.
+fn read_ts_files(dir: &Path) -> BTreeMap<String, String> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return BTreeMap::new();
+    };
+    entries
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "ts"))
+        .map(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, fs::read_to_string(&path).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn ui_bindings_are_current() {
+    let committed_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ui/src/bindings");
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let config = Config::new().with_out_dir(fresh_dir.path());
+    AppStatus::export_all(&config).unwrap();
+    CommandError::export_all(&config).unwrap();
+
+    let fresh = read_ts_files(fresh_dir.path());
+    let committed = read_ts_files(&committed_dir);
+    if fresh == committed {
+        return;
+    }
+
+    fs::create_dir_all(&committed_dir).unwrap();
+    for name in committed.keys().filter(|name| !fresh.contains_key(*name)) {
+        fs::remove_file(committed_dir.join(name)).unwrap();
+    }
+    for (name, text) in &fresh {
+        fs::write(committed_dir.join(name), text).unwrap();
+    }
+    panic!("ui/src/bindings was stale and has been regenerated; review and commit it");
+}
