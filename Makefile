@@ -23,7 +23,7 @@ endif
 export MLX_WHEEL_DIR := $(DEPS)/$(MLX_WHEEL)
 export CARGO_TERM_COLOR := never
 
-APT_PACKAGES := build-essential pkg-config curl file libssl-dev libclang-dev \
+APT_PACKAGES := build-essential pkg-config curl file cmake libssl-dev libclang-dev \
   libwebkit2gtk-4.1-dev libgtk-3-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev \
   python3-venv xvfb xauth webkit2gtk-driver xdotool
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
