@@ -50,9 +50,41 @@ def continuation(model: Path, count: int, seed: int) -> list[int]:
     return [rng.randrange(5, vocab - 64) for _ in range(count)]
 
 
+IMAGE_BUDGET = 70  # soft tokens per image: keeps the tiny model's image runs short
+
+
+def make_images(work: Path) -> list[Path]:
+    """A smooth landscape gradient with shapes, and a noisy portrait (different grids)."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    first = Image.new("RGB", (260, 180))
+    pixels = np.array(first)
+    pixels[..., 0] = np.linspace(0, 255, 260)[None, :]
+    pixels[..., 1] = np.linspace(255, 0, 180)[:, None]
+    first = Image.fromarray(pixels)
+    ImageDraw.Draw(first).ellipse((60, 40, 160, 140), fill=(250, 240, 30))
+    second = Image.fromarray((np.random.default_rng(3).random((300, 140, 3)) * 255).astype("uint8"))
+    paths = [work / "landscape.png", work / "portrait.jpg"]
+    first.save(paths[0])
+    second.save(paths[1], quality=92)
+    return paths
+
+
+def image_chat_ids(model: Path, images: list[Path]) -> list[int]:
+    content = [{"type": "image"} for _ in images] + [{"type": "text", "text": "What do these show?"}]
+    messages = [{"role": "user", "content": content}]
+    image_args = [a for p in images for a in ("--image", p)]
+    out = run([sys.executable, REFERENCE, "template", "--model", model, "--messages", json.dumps(messages),
+               "--max-soft-tokens", IMAGE_BUDGET, *image_args])
+    return json.loads(out)["input_ids"]
+
+
 def check(name: str, model: Path, ids: list[int], cli: Path, work: Path, images: list[Path] = ()) -> bool:
     tokens = ",".join(map(str, ids))
     image_args = [a for p in images for a in ("--image", p)]
+    if images:
+        image_args += ["--max-soft-tokens", IMAGE_BUDGET]
     ref_out, ours_out = work / f"{name}.ref.safetensors", work / f"{name}.ours.safetensors"
     run([sys.executable, REFERENCE, "logits", "--model", model, "--tokens", tokens, "--dtype", "float32",
          "--all-positions", "--out", ref_out, *image_args])
@@ -96,6 +128,11 @@ def main() -> None:
             ids = chat_ids(model) + continuation(model, 80, seed=len(variant))
             results.append(check(f"{variant}/text", model, ids, args.cli, work))
         results.append(check_greedy("tiny/greedy-generate", args.fixtures / "tiny", args.cli))
+        images = make_images(work)
+        tiny = args.fixtures / "tiny"
+        for count in (1, 2):
+            ids = image_chat_ids(tiny, images[:count]) + continuation(tiny, 50, seed=count)
+            results.append(check(f"tiny/{count}-image prompt", tiny, ids, args.cli, work, images[:count]))
     failed = results.count(False)
     print(f"\n{len(results) - failed}/{len(results)} parity checks passed")
     sys.exit(1 if failed else 0)
