@@ -81,7 +81,7 @@ def stop(driver: subprocess.Popen[bytes]) -> list[str]:
         except subprocess.TimeoutExpired:
             problems.append("tauri-driver ignored SIGTERM for 15s")
     # Anything still in the driver's process group (WebKitWebDriver, the app) was left behind.
-    if group_alive(driver.pid, grace=5):
+    if group_alive(driver.pid, grace=20):
         os.killpg(driver.pid, signal.SIGTERM)
         problems.append("processes outlived tauri-driver and were sent SIGTERM")
     if driver.poll() is None:
@@ -92,6 +92,9 @@ def stop(driver: subprocess.Popen[bytes]) -> list[str]:
 
 def run_test(session: Session, data_dir: Path, home: Path, out: Path) -> None:
     heading = session.wait_for_text("main h1", timeout=60)
+    # WebKit paints asynchronously: give the first-run screen time to reach the window surface
+    # so the screenshot shows what a user sees, not the previous "Loading…" frame.
+    time.sleep(2)
     screenshot = out / "first-run.png"
     screenshot.write_bytes(session.screenshot())
     print(f"e2e: screenshot saved to {screenshot}")
