@@ -18,7 +18,11 @@ pub struct FeatureCache {
 impl FeatureCache {
     /// A cache holding at most `capacity` images' features.
     pub fn new(capacity: usize) -> Self {
-        Self { entries: Vec::new(), capacity: capacity.max(1), tower_runs: 0 }
+        Self {
+            entries: Vec::new(),
+            capacity: capacity.max(1),
+            tower_runs: 0,
+        }
     }
 
     /// How many times the vision tower actually ran.
@@ -34,8 +38,14 @@ impl FeatureCache {
             self.entries.push(entry);
             return Ok(features);
         }
-        let tower = model.vision().ok_or_else(|| GenerateError::Image("this model has no vision tower".into()))?;
-        let pixels = Pixels { data: &image.pixels, height: image.height, width: image.width };
+        let tower = model
+            .vision()
+            .ok_or_else(|| GenerateError::Image("this model has no vision tower".into()))?;
+        let pixels = Pixels {
+            data: &image.pixels,
+            height: image.height,
+            width: image.width,
+        };
         let features = tower.encode(&pixels)?;
         features.eval()?;
         self.tower_runs += 1;

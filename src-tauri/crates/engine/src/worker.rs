@@ -11,7 +11,10 @@ use std::thread::JoinHandle;
 use gemma::{LoadOptions, Model};
 use serde::Serialize;
 
-use crate::generate::{generate, GenerateOptions, Session, Usage};
+use crate::generate::{generate, Delta, GenerateOptions, Images, Session, Usage};
+use crate::image::Preprocessed;
+use crate::media::FeatureCache;
+use crate::template::expand_image_placeholders;
 use crate::template::{ChatTemplate, Message, RenderOptions};
 use crate::tokenizer::{SpecialTokens, Tokenizer};
 
@@ -30,6 +33,8 @@ pub enum EngineError {
     Template(#[from] crate::template::TemplateError),
     #[error(transparent)]
     Generate(#[from] crate::generate::GenerateError),
+    #[error(transparent)]
+    Image(#[from] crate::image::ImageError),
 }
 
 /// A loaded model folder: weights, tokenizer, template and special ids.
@@ -72,6 +77,65 @@ impl LoadedModel {
         )?;
         Ok(self.tokenizer.encode(&text)?)
     }
+
+    /// Like [`Self::prompt_ids`], with each image placeholder expanded to its soft-token run
+    /// (`images` in the order their `Part::Image` items appear).
+    pub fn prompt_ids_with_images(
+        &self,
+        messages: &[Message],
+        thinking: bool,
+        images: &[Arc<Preprocessed>],
+    ) -> Result<Vec<u32>, EngineError> {
+        let ids = self.prompt_ids(messages, thinking)?;
+        let counts: Vec<usize> = images.iter().map(|i| i.soft_tokens).collect();
+        Ok(expand_image_placeholders(&ids, &counts, &self.specials)?)
+    }
+
+    /// Generates with `images` bound to the prompt's placeholder runs through `cache`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn generate_with_images(
+        &self,
+        session: &mut Session,
+        prompt: &[u32],
+        images: &[Arc<Preprocessed>],
+        cache: &mut FeatureCache,
+        options: &GenerateOptions,
+        cancel: &AtomicBool,
+        on_delta: impl FnMut(Delta),
+    ) -> Result<Usage, EngineError> {
+        let model = &self.model;
+        let mut features = |k: usize| -> crate::generate::Result<mlx_rs::Array> {
+            let image = images
+                .get(k)
+                .ok_or(crate::generate::GenerateError::ImageCount {
+                    expected: images.len(),
+                    found: k + 1,
+                })?;
+            cache.features(model, image)
+        };
+        let token_id = self.specials.image.map(|t| t.placeholder);
+        let mut bound = token_id.map(|token_id| Images {
+            token_id,
+            count: images.len(),
+            features: &mut features,
+        });
+        let images_arg = if images.is_empty() {
+            None
+        } else {
+            bound.as_mut()
+        };
+        Ok(generate(
+            model,
+            session,
+            prompt,
+            images_arg,
+            &self.tokenizer,
+            &self.specials,
+            options,
+            cancel,
+            on_delta,
+        )?)
+    }
 }
 
 /// A chat turn to answer.
@@ -80,6 +144,8 @@ pub struct ChatRequest {
     /// Identifies the conversation whose cache may be reused.
     pub conversation: String,
     pub messages: Vec<Message>,
+    /// The images of `messages`, in the order of their `Part::Image` items.
+    pub images: Vec<Arc<Preprocessed>>,
     pub thinking: bool,
     pub options: GenerateOptions,
 }
@@ -206,6 +272,7 @@ fn run(inbox: Receiver<Command>, running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>
     let mut loaded: Option<LoadedModel> = None;
     // One conversation's cache is kept: enough for follow-ups, bounded memory.
     let mut session: Option<(String, Session)> = None;
+    let mut features = FeatureCache::new(16);
     while let Ok(command) = inbox.recv() {
         match command {
             Command::Shutdown => break,
@@ -216,6 +283,7 @@ fn run(inbox: Receiver<Command>, running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>
             } => {
                 session = None;
                 loaded = None;
+                features = FeatureCache::new(16);
                 let result = LoadedModel::load(&dir, &options).map(|m| loaded = Some(m));
                 let _ = reply.send(result);
             }
@@ -228,6 +296,7 @@ fn run(inbox: Receiver<Command>, running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>
                 let result = answer(
                     loaded.as_ref(),
                     &mut session,
+                    &mut features,
                     id,
                     &request,
                     &cancel,
@@ -254,25 +323,24 @@ fn run(inbox: Receiver<Command>, running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>
 fn answer(
     loaded: Option<&LoadedModel>,
     session: &mut Option<(String, Session)>,
+    features: &mut FeatureCache,
     id: u64,
     request: &ChatRequest,
     cancel: &AtomicBool,
     events: &mut Box<dyn FnMut(Event) + Send>,
 ) -> Result<Usage, EngineError> {
     let m = loaded.ok_or(EngineError::NoModel)?;
-    let prompt = m.prompt_ids(&request.messages, request.thinking)?;
+    let prompt = m.prompt_ids_with_images(&request.messages, request.thinking, &request.images)?;
     let mut current = match session.take() {
         Some((conversation, s)) if conversation == request.conversation => s,
         _ => Session::new(&m.model),
     };
     let mut count = 0;
-    let result = generate(
-        &m.model,
+    let result = m.generate_with_images(
         &mut current,
         &prompt,
-        None,
-        &m.tokenizer,
-        &m.specials,
+        &request.images,
+        features,
         &request.options,
         cancel,
         |d| {
@@ -285,5 +353,5 @@ fn answer(
         },
     );
     *session = Some((request.conversation.clone(), current));
-    Ok(result?)
+    result
 }

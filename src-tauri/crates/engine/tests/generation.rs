@@ -103,6 +103,7 @@ fn reused_cache_gives_the_same_answer_as_a_fresh_one() {
         &fixture(),
         &LoadOptions {
             dtype: Some(mlx_rs::Dtype::Float32),
+            ..LoadOptions::default()
         },
     )
     .unwrap();
@@ -229,6 +230,7 @@ fn the_engine_thread_streams_and_stops_when_cancelled() {
     let request = ChatRequest {
         conversation: "c1".into(),
         messages: vec![Message::text(Role::User, "Write forever.")],
+        images: Vec::new(),
         thinking: false,
         // No end-of-turn stop can end it early: the answer only ends by cancellation.
         options: GenerateOptions {
@@ -270,4 +272,104 @@ fn the_engine_thread_streams_and_stops_when_cancelled() {
         done.generated_tokens
     );
     eprintln!("cancel → done: {latency:?}");
+}
+
+fn test_image() -> std::sync::Arc<engine::image::Preprocessed> {
+    let img = image::RgbImage::from_fn(200, 130, |x, y| {
+        image::Rgb([(x % 256) as u8, (y * 2 % 256) as u8, ((x + y) % 256) as u8])
+    });
+    let mut png = Vec::new();
+    img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .unwrap();
+    let budget = engine::image::SoftTokenBudget::T70;
+    std::sync::Arc::new(engine::image::preprocess_bytes(&png, budget).unwrap())
+}
+
+#[test]
+fn a_follow_up_about_an_image_reuses_its_features_and_its_cache() {
+    use engine::media::FeatureCache;
+    use engine::template::Part;
+    let m = LoadedModel::load(&fixture(), &LoadOptions::default()).unwrap();
+    let cancel = AtomicBool::new(false);
+    let image = test_image();
+    let images = vec![image.clone()];
+    let mut cache = FeatureCache::new(4);
+    let mut session = Session::new(&m.model);
+    let mut messages = vec![Message::new(
+        Role::User,
+        vec![
+            Part::Image,
+            Part::Text {
+                text: "What is this?".into(),
+            },
+        ],
+    )];
+    let first = m.prompt_ids_with_images(&messages, false, &images).unwrap();
+    let placeholder = m.specials.image.unwrap().placeholder;
+    assert_eq!(
+        first.iter().filter(|&&t| t == placeholder).count(),
+        image.soft_tokens
+    );
+    let mut answer = Vec::new();
+    m.generate_with_images(
+        &mut session,
+        &first,
+        &images,
+        &mut cache,
+        &greedy(6),
+        &cancel,
+        |d| answer.extend(d.token),
+    )
+    .unwrap();
+    assert_eq!(cache.tower_runs(), 1);
+
+    // Same conversation, a follow-up: neither the tower nor the image prefill runs again.
+    messages.push(Message::text(
+        Role::Assistant,
+        m.tokenizer.decode(&answer, true).unwrap(),
+    ));
+    messages.push(Message::text(Role::User, "And the colours?"));
+    let second = m.prompt_ids_with_images(&messages, false, &images).unwrap();
+    let usage = m
+        .generate_with_images(
+            &mut session,
+            &second,
+            &images,
+            &mut cache,
+            &greedy(3),
+            &cancel,
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!(
+        cache.tower_runs(),
+        1,
+        "the follow-up did not run the vision tower"
+    );
+    let last_image_position = second.iter().rposition(|&t| t == placeholder).unwrap();
+    assert!(
+        usage.reused_tokens > last_image_position,
+        "the image was not prefilled again"
+    );
+
+    // A new conversation about the same picture: prefilled again, but from cached features.
+    let usage = m
+        .generate_with_images(
+            &mut Session::new(&m.model),
+            &first,
+            &images,
+            &mut cache,
+            &greedy(2),
+            &cancel,
+            |_| {},
+        )
+        .unwrap();
+    assert_eq!((usage.reused_tokens, cache.tower_runs()), (0, 1));
+
+    // A prompt whose placeholders do not match the images is refused with both counts.
+    let error = m
+        .prompt_ids_with_images(&messages, false, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains('1') && error.contains('0'), "{error}");
 }

@@ -4,11 +4,15 @@
 //! (plus [`REWIND_SLACK`] more, so a follow-up turn can rewind a few tokens) and appends the new
 //! ones; the window mask gives every query exactly its own `window` positions. Shared layers
 //! attend the same buffer in the same forward call, as in mlx-vlm.
+//!
+//! Optionally (OptiQ's `kv_config.json`), a cache stores K and V affine-quantized along the head
+//! dimension and hands out their dequantized form: less memory, the same attention code.
 
-use mlx_rs::ops::concatenate;
 use mlx_rs::ops::indexing::IndexOp;
+use mlx_rs::ops::{concatenate, dequantize, quantize};
 use mlx_rs::Array;
 
+use crate::config::QuantSpec;
 use crate::error::{Error, Result};
 
 /// Extra positions a sliding cache keeps beyond its window so that the next turn of a chat can
@@ -20,23 +24,57 @@ pub const REWIND_SLACK: usize = 64;
 pub enum KvCache {
     /// Every position since the start (full-attention layers).
     Full(Buffer),
-    /// The last `window − 1` positions plus the current call's (sliding layers).
+    /// The last `window − 1` positions (plus slack) and the current call's (sliding layers).
     Sliding { buffer: Buffer, window: usize },
 }
 
-/// Keys and values `[1, kv_heads, len, head_dim]` and the number of positions processed.
+/// Keys and values `[1, kv_heads, len, head_dim]` (stored plain, or quantized as packed
+/// weights, scales and biases of each) and the number of positions processed.
 #[derive(Default)]
 pub struct Buffer {
-    kv: Option<(Array, Array)>,
+    /// Every stored array has the positions on axis 2: `[k, v]` or `[kq, ks, kb, vq, vs, vb]`.
+    parts: Vec<Array>,
+    quant: Option<QuantSpec>,
     offset: usize,
 }
 
 impl Buffer {
+    fn new(quant: Option<QuantSpec>) -> Self {
+        Self {
+            parts: Vec::new(),
+            quant,
+            offset: 0,
+        }
+    }
+
     fn len(&self) -> usize {
-        self.kv
-            .as_ref()
-            .map(|(k, _)| k.shape()[2] as usize)
+        self.parts
+            .first()
+            .map(|a| a.shape()[2] as usize)
             .unwrap_or(0)
+    }
+
+    fn encode(&self, keys: Array, values: Array) -> Result<Vec<Array>> {
+        Ok(match self.quant {
+            None => vec![keys, values],
+            Some(q) => {
+                let (kq, ks, kb) = quantize(&keys, q.group_size, q.bits)?;
+                let (vq, vs, vb) = quantize(&values, q.group_size, q.bits)?;
+                vec![kq, ks, kb, vq, vs, vb]
+            }
+        })
+    }
+
+    /// The stored keys and values, dequantized when quantized.
+    fn fetch(&self) -> Result<(Array, Array)> {
+        match (self.quant, self.parts.as_slice()) {
+            (None, [k, v]) => Ok((k.clone(), v.clone())),
+            (Some(q), [kq, ks, kb, vq, vs, vb]) => Ok((
+                dequantize(kq, ks, kb, q.group_size, q.bits)?,
+                dequantize(vq, vs, vb, q.group_size, q.bits)?,
+            )),
+            _ => Err(Error::Input("the cache is empty".into())),
+        }
     }
 
     /// Appends after keeping at most `keep_last` old positions; returns the whole buffer.
@@ -47,38 +85,40 @@ impl Buffer {
         keep_last: Option<usize>,
     ) -> Result<(Array, Array)> {
         let added = keys.shape()[2] as usize;
-        let merged = match self.kv.take() {
-            None => (keys, values),
-            Some((k, v)) => {
-                let len = k.shape()[2];
-                let start = keep_last.map(|n| len - (n as i32).min(len)).unwrap_or(0);
-                let (k, v) = if start > 0 {
-                    (
-                        k.index((.., .., start.., ..)),
-                        v.index((.., .., start.., ..)),
-                    )
-                } else {
-                    (k, v)
-                };
-                (concatenate(&[k, keys], 2)?, concatenate(&[v, values], 2)?)
-            }
+        let new = self.encode(keys, values)?;
+        let len = self.len() as i32;
+        let start = keep_last.map(|n| len - (n as i32).min(len)).unwrap_or(0);
+        self.parts = if self.parts.is_empty() {
+            new
+        } else {
+            let old = std::mem::take(&mut self.parts);
+            old.into_iter()
+                .zip(new)
+                .map(|(o, n)| {
+                    let o = if start > 0 {
+                        o.index((.., .., start.., ..))
+                    } else {
+                        o
+                    };
+                    concatenate(&[o, n], 2)
+                })
+                .collect::<std::result::Result<_, _>>()?
         };
         self.offset += added;
-        self.kv = Some(merged.clone());
-        Ok(merged)
+        self.fetch()
     }
 }
 
 impl KvCache {
-    /// A cache for a full-attention layer.
-    pub fn full() -> Self {
-        KvCache::Full(Buffer::default())
+    /// A cache for a full-attention layer (`quant`: store K/V quantized).
+    pub fn full(quant: Option<QuantSpec>) -> Self {
+        KvCache::Full(Buffer::new(quant))
     }
 
     /// A cache for a sliding-window layer.
-    pub fn sliding(window: usize) -> Self {
+    pub fn sliding(window: usize, quant: Option<QuantSpec>) -> Self {
         KvCache::Sliding {
-            buffer: Buffer::default(),
+            buffer: Buffer::new(quant),
             window,
         }
     }
@@ -140,13 +180,14 @@ impl KvCache {
         if n == 0 {
             return Ok(());
         }
-        let len = b.len() as i32;
-        let keep = len - n as i32;
-        b.kv = match b.kv.take() {
-            Some((k, v)) if keep > 0 => {
-                Some((k.index((.., .., ..keep, ..)), v.index((.., .., ..keep, ..))))
-            }
-            _ => None,
+        let keep = (b.len() - n) as i32;
+        b.parts = if keep > 0 {
+            b.parts
+                .iter()
+                .map(|a| a.index((.., .., ..keep, ..)))
+                .collect()
+        } else {
+            Vec::new()
         };
         b.offset -= n;
         Ok(())
@@ -154,9 +195,68 @@ impl KvCache {
 
     /// The arrays this cache holds (to evaluate them together with a step's output).
     pub fn arrays(&self) -> Vec<&Array> {
-        match &self.buffer().kv {
-            Some((k, v)) => vec![k, v],
-            None => vec![],
+        self.buffer().parts.iter().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mlx_rs::random;
+
+    fn normal(shape: &[i32], seed: u64) -> Array {
+        random::normal::<f32>(shape, None, None, &random::key(seed).unwrap()).unwrap()
+    }
+
+    fn host(a: &Array) -> Vec<f32> {
+        a.as_slice::<f32>().to_vec()
+    }
+
+    #[test]
+    fn a_quantized_cache_returns_exactly_the_dequantized_keys_and_values() {
+        let q = QuantSpec {
+            bits: 4,
+            group_size: 64,
+        };
+        let mut cache = KvCache::full(Some(q));
+        let (k1, v1) = (normal(&[1, 2, 5, 64], 1), normal(&[1, 2, 5, 64], 2));
+        let (k2, v2) = (normal(&[1, 2, 1, 64], 3), normal(&[1, 2, 1, 64], 4));
+        cache.update_and_fetch(k1.clone(), v1.clone()).unwrap();
+        let (k, v) = cache.update_and_fetch(k2.clone(), v2.clone()).unwrap();
+        let expect = |a: &Array| {
+            let (w, s, b) = quantize(a, 64, 4).unwrap();
+            dequantize(&w, &s, &b, 64, 4).unwrap()
+        };
+        let k_expect = concatenate(&[expect(&k1), expect(&k2)], 2).unwrap();
+        let v_expect = concatenate(&[expect(&v1), expect(&v2)], 2).unwrap();
+        assert_eq!(host(&k), host(&k_expect));
+        assert_eq!(host(&v), host(&v_expect));
+        assert_eq!(cache.offset(), 6);
+        // Quantization is lossy but close.
+        let raw = host(&concatenate(&[k1, k2], 2).unwrap());
+        let err = raw
+            .iter()
+            .zip(host(&k))
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(err > 0.0 && err < 0.5, "{err}");
+        // It stores packed words, not floats.
+        assert_eq!(cache.arrays().len(), 6);
+    }
+
+    #[test]
+    fn a_sliding_cache_keeps_its_window_and_rewinds_only_within_reach() {
+        let mut cache = KvCache::sliding(4, None);
+        for step in 0..(4 + REWIND_SLACK + 10) {
+            let k = normal(&[1, 1, 1, 8], step as u64);
+            cache.update_and_fetch(k.clone(), k).unwrap();
         }
+        assert_eq!(cache.keys_after(1), 4 - 1 + REWIND_SLACK + 1);
+        assert!(cache.can_trim(REWIND_SLACK));
+        assert!(!cache.can_trim(REWIND_SLACK + 2));
+        let before = cache.offset();
+        cache.trim(5).unwrap();
+        assert_eq!(cache.offset(), before - 5);
+        assert!(cache.trim(REWIND_SLACK + 10).is_err());
     }
 }

@@ -17,6 +17,9 @@ use crate::weights::WeightStore;
 pub struct LoadOptions {
     /// Activation and dequantization dtype; `None` = the checkpoint's own (bf16 for E4B).
     pub dtype: Option<Dtype>,
+    /// Store K/V quantized as the checkpoint's `kv_config.json` says (OptiQ), when it has one.
+    /// Off by default: the reference ignores that file.
+    pub kv_quantization: bool,
 }
 
 /// A loaded Gemma 4 model.
@@ -37,7 +40,10 @@ impl Model {
             )));
         }
         let config = Config::load(dir)?;
-        let table = layer_table(&config.text)?;
+        let mut table = layer_table(&config.text)?;
+        if options.kv_quantization {
+            apply_kv_config(dir, &mut table)?;
+        }
         let mut store = WeightStore::open(dir)?;
         let dtype = match options.dtype {
             Some(d) => d,
@@ -157,6 +163,55 @@ fn is_unused(name: &str, shared_layers: &[usize]) -> bool {
         }
     }
     false
+}
+
+/// Reads `kv_config.json` (a list of `{layer_idx, bits, group_size}` for cache-owning layers)
+/// into the layer table, if the file exists.
+fn apply_kv_config(dir: &Path, table: &mut [LayerSpec]) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        layer_idx: usize,
+        bits: i32,
+        group_size: i32,
+    }
+    let path = dir.join("kv_config.json");
+    if !path.exists() {
+        return Ok(());
+    }
+    let bad = |message: String| Error::Config {
+        path: path.clone(),
+        message,
+    };
+    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let entries: Vec<Entry> = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    for e in entries {
+        let layer = table
+            .get_mut(e.layer_idx)
+            .ok_or_else(|| bad(format!("layer_idx {} does not exist", e.layer_idx)))?;
+        if !layer.owns_kv() {
+            return Err(bad(format!(
+                "layer {} has no cache of its own",
+                e.layer_idx
+            )));
+        }
+        if ![4, 8].contains(&e.bits)
+            || e.group_size <= 0
+            || layer.head_dim % e.group_size as usize != 0
+        {
+            return Err(bad(format!(
+                "layer {}: {} bits with group {} is not supported",
+                e.layer_idx, e.bits, e.group_size
+            )));
+        }
+        layer.kv_quant = Some(crate::config::QuantSpec {
+            bits: e.bits,
+            group_size: e.group_size,
+        });
+    }
+    Ok(())
 }
 
 fn checkpoint_dtype(store: &WeightStore) -> Dtype {

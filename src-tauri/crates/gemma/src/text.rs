@@ -354,8 +354,10 @@ impl TextModel {
             .iter()
             .filter(|l| l.spec.owns_kv())
             .map(|l| match l.spec.kind {
-                AttentionKind::Full => KvCache::full(),
-                AttentionKind::Sliding => KvCache::sliding(self.cfg.sliding_window),
+                AttentionKind::Full => KvCache::full(l.spec.kv_quant),
+                AttentionKind::Sliding => {
+                    KvCache::sliding(self.cfg.sliding_window, l.spec.kv_quant)
+                }
             })
             .collect()
     }

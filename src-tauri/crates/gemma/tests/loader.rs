@@ -205,3 +205,64 @@ fn kv_tensors_of_shared_layers_are_ignored() {
     );
     Model::load(&dir, &LoadOptions::default()).unwrap();
 }
+
+#[test]
+fn kv_quantization_follows_kv_config_and_stays_close_to_the_plain_cache() {
+    let dir = fixture("tiny-optiq");
+    let options = LoadOptions {
+        dtype: Some(mlx_rs::Dtype::Float32),
+        kv_quantization: true,
+    };
+    let quantized = Model::load(&dir, &options).unwrap();
+    let bits: Vec<Option<i32>> = quantized
+        .layers()
+        .iter()
+        .filter(|l| l.owns_kv())
+        .map(|l| l.kv_quant.map(|q| q.bits))
+        .collect();
+    assert_eq!(bits, [Some(8), Some(4), Some(4), Some(8), Some(4), Some(8)]);
+    let plain = Model::load(
+        &dir,
+        &LoadOptions {
+            kv_quantization: false,
+            ..options
+        },
+    )
+    .unwrap();
+    assert!(plain.layers().iter().all(|l| l.kv_quant.is_none()));
+
+    let ids: Vec<u32> = (0..70).map(|i| (i * 37 % 900 + 20) as u32).collect();
+    let run = |model: &Model| {
+        let mut caches = model.new_caches();
+        let mut rows = vec![model.forward(&ids[..40], &[], &mut caches, None).unwrap()];
+        for &t in &ids[40..] {
+            rows.push(model.forward(&[t], &[], &mut caches, None).unwrap());
+        }
+        mlx_rs::ops::concatenate(&rows, 0)
+            .unwrap()
+            .as_slice::<f32>()
+            .to_vec()
+    };
+    let (a, b) = (run(&plain), run(&quantized));
+    let dot: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let cosine = dot / (norm(&a) * norm(&b));
+    assert!(a != b, "quantizing the cache changes the numbers");
+    assert!(
+        cosine > 0.99,
+        "but not the model's behaviour (cosine {cosine})"
+    );
+
+    // A kv_config naming a layer without its own cache is refused.
+    let tmp = copy_of("tiny-optiq");
+    std::fs::write(
+        tmp.path().join("kv_config.json"),
+        r#"[{"layer_idx": 11, "bits": 4, "group_size": 64}]"#,
+    )
+    .unwrap();
+    let error = Model::load(tmp.path(), &options).err().unwrap().to_string();
+    assert!(
+        error.contains("layer 11 has no cache of its own"),
+        "{error}"
+    );
+}

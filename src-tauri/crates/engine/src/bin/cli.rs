@@ -6,11 +6,16 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use std::sync::Arc;
+
 use engine::generate::{generate, GenerateOptions, Session};
+use engine::image::{preprocess_path, SoftTokenBudget};
+use engine::media::FeatureCache;
 use engine::sampler::SamplerConfig;
-use engine::template::{Message, Role};
+use engine::template::{Message, Part, Role};
 use engine::worker::LoadedModel;
-use gemma::{LoadOptions, Model};
+use gemma::{LoadOptions, MediaFeatures, Model};
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype};
 
 #[derive(Parser)]
@@ -54,6 +59,15 @@ struct SamplingArgs {
     /// Let the model think before answering (Gemma 4 thinking mode).
     #[arg(long)]
     thinking: bool,
+    /// Quantize the KV cache as the checkpoint's kv_config.json says (OptiQ).
+    #[arg(long)]
+    kv_quantization: bool,
+    /// Images to ask about (repeatable); they come before the prompt text.
+    #[arg(long)]
+    image: Vec<PathBuf>,
+    /// Soft-token budget per image (70, 140, 280, 560 or 1120).
+    #[arg(long, default_value_t = 280)]
+    max_soft_tokens: usize,
 }
 
 #[derive(Subcommand)]
@@ -98,6 +112,15 @@ enum Command {
         /// through the decode path (rows are returned for every position).
         #[arg(long)]
         prefill: Option<usize>,
+        /// Images filling the token list's placeholder runs (boi, n × image, eoi), in order.
+        #[arg(long)]
+        image: Vec<PathBuf>,
+        /// Soft-token budget per image (70, 140, 280, 560 or 1120).
+        #[arg(long, default_value_t = 280)]
+        max_soft_tokens: usize,
+        /// Quantize the KV cache as the checkpoint's kv_config.json says (OptiQ).
+        #[arg(long)]
+        kv_quantization: bool,
         #[arg(long)]
         out: PathBuf,
     },
@@ -130,8 +153,21 @@ fn run(cli: Cli) -> Result<()> {
             dtype,
             all_positions,
             prefill,
+            image,
+            max_soft_tokens,
+            kv_quantization,
             out,
-        } => logits(&model, &tokens, dtype, all_positions, prefill, &out),
+        } => logits(
+            &model,
+            &tokens,
+            dtype,
+            all_positions,
+            prefill,
+            &image,
+            max_soft_tokens,
+            kv_quantization,
+            &out,
+        ),
     }
 }
 
@@ -142,11 +178,12 @@ fn dtype_of(dtype: Option<DtypeArg>) -> Option<Dtype> {
     })
 }
 
-fn load(dir: &Path, dtype: Option<DtypeArg>) -> Result<Model> {
+fn load(dir: &Path, dtype: Option<DtypeArg>, kv_quantization: bool) -> Result<Model> {
     Model::load(
         dir,
         &LoadOptions {
             dtype: dtype_of(dtype),
+            kv_quantization,
         },
     )
     .with_context(|| format!("loading {}", dir.display()))
@@ -157,6 +194,7 @@ fn load_chat(dir: &Path, sampling: &SamplingArgs) -> Result<(LoadedModel, Genera
         dir,
         &LoadOptions {
             dtype: dtype_of(sampling.dtype),
+            kv_quantization: sampling.kv_quantization,
         },
     )
     .with_context(|| format!("loading {}", dir.display()))?;
@@ -190,18 +228,31 @@ fn generate_once(
         .into_iter()
         .map(|s| Message::text(Role::System, s))
         .collect();
-    messages.push(Message::text(Role::User, prompt));
-    let ids = m.prompt_ids(&messages, sampling.thinking)?;
+    let budget = SoftTokenBudget::try_from(sampling.max_soft_tokens)?;
+    let images = sampling
+        .image
+        .iter()
+        .map(|p| {
+            preprocess_path(p, budget)
+                .map(Arc::new)
+                .with_context(|| format!("reading {}", p.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut parts: Vec<Part> = images.iter().map(|_| Part::Image).collect();
+    parts.push(Part::Text {
+        text: prompt.to_string(),
+    });
+    messages.push(Message::new(Role::User, parts));
+    let ids = m.prompt_ids_with_images(&messages, sampling.thinking, &images)?;
+    let mut cache = FeatureCache::new(images.len().max(1));
     let mut session = Session::new(&m.model);
     let cancel = AtomicBool::new(false);
     let mut out = std::io::stdout().lock();
-    let usage = generate(
-        &m.model,
+    let usage = m.generate_with_images(
         &mut session,
         &ids,
-        None,
-        &m.tokenizer,
-        &m.specials,
+        &images,
+        &mut cache,
         &options,
         &cancel,
         |d| {
@@ -276,15 +327,44 @@ fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn logits(
     dir: &Path,
     tokens: &[u32],
     dtype: Option<DtypeArg>,
     all: bool,
     prefill: Option<usize>,
+    images: &[PathBuf],
+    max_soft_tokens: usize,
+    kv_quantization: bool,
     out: &Path,
 ) -> Result<()> {
-    let model = load(dir, dtype)?;
+    let model = load(dir, dtype, kv_quantization)?;
+    let features = image_features(&model, images, max_soft_tokens, tokens)?;
+    let image_token = model.config().image_token_id.unwrap_or(u32::MAX);
+    // Media rows for `part`, given how many image tokens came before it.
+    let media_for = |before: usize, part: &[u32]| -> Result<Option<Array>> {
+        let inside = part.iter().filter(|&&t| t == image_token).count();
+        Ok(match &features {
+            Some(f) if inside > 0 => Some(f.index(before as i32..(before + inside) as i32)),
+            _ => None,
+        })
+    };
+    let forward = |part: &[u32],
+                   before: usize,
+                   caches: &mut [gemma::KvCache],
+                   keep: Option<usize>|
+     -> Result<Array> {
+        let rows = media_for(before, part)?;
+        let media: Vec<MediaFeatures<'_>> = rows
+            .iter()
+            .map(|f| MediaFeatures {
+                token_id: image_token,
+                features: f,
+            })
+            .collect();
+        Ok(model.forward(part, &media, caches, keep)?)
+    };
     let mut caches = model.new_caches();
     let rows: Array = match prefill {
         Some(n) => {
@@ -294,15 +374,16 @@ fn logits(
                     tokens.len()
                 );
             }
-            let mut parts = vec![model.forward(&tokens[..n], &[], &mut caches, None)?];
-            for &token in &tokens[n..] {
-                let row = model.forward(&[token], &[], &mut caches, None)?;
+            let mut parts = vec![forward(&tokens[..n], 0, &mut caches, None)?];
+            for i in n..tokens.len() {
+                let before = tokens[..i].iter().filter(|&&t| t == image_token).count();
+                let row = forward(&tokens[i..i + 1], before, &mut caches, None)?;
                 row.eval()?;
                 parts.push(row);
             }
             mlx_rs::ops::concatenate(&parts, 0)?
         }
-        None => model.forward(tokens, &[], &mut caches, if all { None } else { Some(1) })?,
+        None => forward(tokens, 0, &mut caches, if all { None } else { Some(1) })?,
     };
     let rows = if all || prefill.is_some() {
         rows
@@ -310,6 +391,51 @@ fn logits(
         rows.reshape(&[-1])?
     };
     write_f32(out, "logits", &rows)
+}
+
+/// Features of `images` (in order) for a token list that already holds their placeholder runs;
+/// a run/image count mismatch is an error naming both counts.
+fn image_features(
+    model: &Model,
+    images: &[PathBuf],
+    budget: usize,
+    tokens: &[u32],
+) -> Result<Option<Array>> {
+    let image_token = model.config().image_token_id;
+    let runs = match image_token {
+        Some(id) => tokens
+            .iter()
+            .enumerate()
+            .filter(|&(i, &t)| t == id && (i == 0 || tokens[i - 1] != id))
+            .count(),
+        None => 0,
+    };
+    if runs != images.len() {
+        bail!(
+            "the token list has {runs} image placeholder runs but {} --image files were given",
+            images.len()
+        );
+    }
+    if images.is_empty() {
+        return Ok(None);
+    }
+    let budget = SoftTokenBudget::try_from(budget)?;
+    let mut cache = FeatureCache::new(images.len());
+    let mut parts = Vec::new();
+    for path in images {
+        let image =
+            preprocess_path(path, budget).with_context(|| format!("reading {}", path.display()))?;
+        parts.push(cache.features(model, &image)?);
+    }
+    let features = mlx_rs::ops::concatenate(&parts, 0)?;
+    let rows = features.shape()[0] as usize;
+    let found = tokens.iter().filter(|&&t| Some(t) == image_token).count();
+    if rows != found {
+        bail!(
+            "the images make {rows} soft tokens but the token list has {found} image placeholders"
+        );
+    }
+    Ok(Some(features))
 }
 
 /// Writes one float32 tensor to a safetensors file.
