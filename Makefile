@@ -51,6 +51,7 @@ deps: system-deps mlx-wheel ui-deps
 system-deps:
 ifeq ($(UNAME),Darwin)
 	@xcode-select -p >/dev/null 2>&1 || { echo "Xcode command line tools are missing. Install them with: xcode-select --install"; exit 1; }
+	@command -v cmake >/dev/null || { echo "CMake is missing (it builds libjpeg-turbo). Install it with: brew install cmake"; exit 1; }
 else
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -110,6 +111,7 @@ test-ui:
 test-parity: fixtures
 	cargo build -p engine --bin gemma-desk-cli
 	$(PYENV)/bin/python tests/parity/run_all.py --cli $(CLI) --fixtures $(FIXTURES)
+	$(PYENV)/bin/python tests/parity/image_parity.py --model $(FIXTURES)/tiny
 
 test-e2e: app
 	tests/e2e/run.sh $(APP)

@@ -107,6 +107,8 @@ def cases() -> list[Case]:
         Case("tiny.png", save(Image.fromarray(photo(30, 20, 9)))),
         Case("exact_grid.png", save(Image.fromarray(photo(960, 624, 10))), note="already 960x624: no resize"),
         Case("huge.jpg", save(Image.fromarray(photo(4000, 3000, 11)), quality=92), budgets=(280, 1120)),
+        Case("phone_screenshot.png", save(Image.fromarray(photo(1170, 2532, 14))), note="height pass first"),
+        Case("tall.jpg", save(Image.fromarray(photo(800, 3000, 15)), quality=90), note="height pass first"),
         Case("sliver_wide.png", save(Image.fromarray(photo(5000, 1, 12))), budgets=(280, 1120)),
         Case("sliver_tall.png", save(Image.fromarray(photo(1, 5000, 13)))),
         Case("gray.png", save(Image.fromarray(gray))),
@@ -214,7 +216,7 @@ def main() -> None:
         processor = reference.load_processor(args.model or tiny_checkpoint(work))
         executable = build_example()
 
-        rows, failures = [], 0
+        rows, failures, exact = [], 0, 0
         for case in cases():
             path = work / case.name
             case.write(path)
@@ -233,14 +235,15 @@ def main() -> None:
                     note += f"; vs reference on the original file: {max_diff(mine, raw) * 255:.1f}/255"
                 ok = diff <= TOLERANCE and mine_tokens == ref_tokens
                 failures += not ok
+                exact += diff == 0.0
                 grid = "x".join(map(str, mine.shape[:0:-1]))
                 rows.append((case.name, size, budget, grid, mine_tokens, f"{diff * 255:.3f}", "ok" if ok else "FAIL", note))
 
-    headers = ("image", "size WxH", "budget", "grid WxH", "tokens", "max|d|*255", "", "note")
+    headers = ("image", "size WxH", "budget", "grid WxH", "tokens", "max|d|*255", "result", "note")
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     for row in [headers, *rows]:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip())
-    print(f"\n{len(rows) - failures}/{len(rows)} agree within 0.1/255")
+    print(f"\n{len(rows) - failures}/{len(rows)} agree within 0.1/255 ({exact} bit for bit)")
     sys.exit(1 if failures else 0)
 
 

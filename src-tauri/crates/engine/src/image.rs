@@ -359,7 +359,10 @@ fn decode_with_image_crate(
     let (width, height) = decoder.dimensions();
     check_dimensions(width as usize, height as usize, name)?;
     let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
-    let image = DynamicImage::from_decoder(decoder).map_err(failed)?;
+    let image = DynamicImage::from_decoder(decoder).map_err(|error| match error {
+        image::ImageError::Limits(_) => ImageError::TooLarge { width, height },
+        other => failed(other),
+    })?;
     Ok(orient(flatten_onto_white(image), orientation))
 }
 
