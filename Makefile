@@ -35,7 +35,7 @@ TAURI_DRIVER := $(DEPS)/cargo/bin/tauri-driver
 PYENV := $(DEPS)/py
 
 .PHONY: run test deps system-deps mlx-wheel ui-deps ui py-deps tauri-driver \
-        fixtures test-rust test-ui test-parity test-e2e app lint clean-deps
+        fixtures build-all test-rust test-ui test-parity test-e2e app lint clean-deps
 
 # ---------------------------------------------------------------- the two commands
 run: deps ui
@@ -102,18 +102,22 @@ $(FIXTURES)/.stamp: $(PYENV)/.installed $(wildcard tests/fixtures/*)
 	touch $@
 
 # ---------------------------------------------------------------- tests
-test-rust: fixtures
+# Every binary, example and test with one feature set (the one `cargo test --workspace` uses), so
+# the later steps reuse this build instead of re-resolving features per package.
+build-all: ui
+	cargo build --workspace --all-targets
+
+test-rust: fixtures build-all
 	GEMMA_FIXTURES=$(ROOT)/$(FIXTURES) cargo test --workspace --all-targets
 
 test-ui:
 	cd ui && npm test
 
-test-parity: fixtures
-	cargo build -p engine --bin gemma-desk-cli
+test-parity: fixtures build-all
 	$(PYENV)/bin/python tests/parity/run_all.py --cli $(CLI) --fixtures $(FIXTURES)
-	$(PYENV)/bin/python tests/parity/image_parity.py --model $(FIXTURES)/tiny
+	$(PYENV)/bin/python tests/parity/image_parity.py --model $(FIXTURES)/tiny --preprocess target/debug/examples/preprocess
 
-test-e2e: app
+test-e2e: build-all
 	tests/e2e/run.sh $(APP)
 
 app:

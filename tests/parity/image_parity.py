@@ -208,13 +208,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, help="any Gemma 4 checkpoint folder (only its processor is used)")
     parser.add_argument("--keep", type=Path, help="write the test images and tensors here instead of a temp folder")
+    parser.add_argument("--preprocess", type=Path, help="an already built `preprocess` example (default: cargo build)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as temp:
         work = args.keep or Path(temp)
         work.mkdir(parents=True, exist_ok=True)
         processor = reference.load_processor(args.model or tiny_checkpoint(work))
-        executable = build_example()
+        executable = args.preprocess or build_example()
 
         rows, failures, exact = [], 0, 0
         for case in cases():
