@@ -38,8 +38,7 @@ PYENV := $(DEPS)/py
         fixtures build-all test-rust test-ui test-parity test-e2e app lint clean-deps
 
 # ---------------------------------------------------------------- the two commands
-run: deps ui
-	cargo build -p gemma-desk
+run: deps build-all
 	$(APP)
 
 test: deps ui py-deps tauri-driver
