@@ -152,21 +152,27 @@ pub struct Images<'a> {
     pub features: &'a mut dyn FnMut(usize) -> Result<Array>,
 }
 
-/// Feature rows for the placeholders after the reused prefix, computing only the images needed.
-fn image_rows_to_prefill(
-    prompt: &[u32],
-    reused: usize,
-    images: &mut Images<'_>,
-) -> Result<Option<(u32, Array)>> {
-    let mut runs: Vec<(usize, usize)> = Vec::new(); // (start, len)
+/// `(start, length)` of every run of consecutive `token_id`s in `prompt`: one per image.
+pub fn placeholder_runs(prompt: &[u32], token_id: u32) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
     for (i, &t) in prompt.iter().enumerate() {
-        if t == images.token_id {
+        if t == token_id {
             match runs.last_mut() {
                 Some((start, len)) if *start + *len == i => *len += 1,
                 _ => runs.push((i, 1)),
             }
         }
     }
+    runs
+}
+
+/// Feature rows for the placeholders after the reused prefix, computing only the images needed.
+fn image_rows_to_prefill(
+    prompt: &[u32],
+    reused: usize,
+    images: &mut Images<'_>,
+) -> Result<Option<(u32, Array)>> {
+    let runs = placeholder_runs(prompt, images.token_id);
     if runs.len() != images.count {
         return Err(GenerateError::ImageCount {
             expected: images.count,

@@ -10,7 +10,7 @@ use crate::config::{AttentionKind, Config, TextConfig};
 use crate::error::{Error, Result};
 use crate::layers::{KvSource, LayerSpec, Rope};
 use crate::quant::{load_linear, Embedding, Linear};
-use crate::weights::{to_dtype, DtypeClass, WeightStore};
+use crate::weights::WeightStore;
 
 const PREFIX: &str = "language_model.model";
 
@@ -82,18 +82,6 @@ pub struct TextModel {
     placeholder_ids: Vec<u32>,
 }
 
-fn take_norm(
-    store: &mut WeightStore,
-    name: &str,
-    dim: usize,
-    dtype: Dtype,
-) -> Result<Option<Array>> {
-    store
-        .take(name, &[dim], DtypeClass::Float)
-        .map(|a| to_dtype(a, dtype))
-        .transpose()
-}
-
 impl TextModel {
     /// Builds the decoder from the store; `None` when tensors were missing or wrong (the store
     /// reports them all in one error).
@@ -134,10 +122,9 @@ impl TextModel {
                 hidden,
                 dtype,
             )?;
-            let norm = take_norm(
-                store,
+            let norm = store.take_float(
                 &format!("{PREFIX}.per_layer_projection_norm.weight"),
-                ple,
+                &[ple],
                 dtype,
             )?;
             (e, p.zip(norm))
@@ -152,7 +139,7 @@ impl TextModel {
                 None => complete = false,
             }
         }
-        let norm = take_norm(store, &format!("{PREFIX}.norm.weight"), hidden, dtype)?;
+        let norm = store.take_float(&format!("{PREFIX}.norm.weight"), &[hidden], dtype)?;
         let (Some(embed), Some(norm)) = (embed, norm) else {
             return Ok(None);
         };
@@ -210,7 +197,7 @@ impl TextModel {
             heads * d,
             dtype,
         )?;
-        let q_norm = take_norm(store, &format!("{p}.self_attn.q_norm.weight"), d, dtype)?;
+        let q_norm = store.take_float(&format!("{p}.self_attn.q_norm.weight"), &[d], dtype)?;
         let kv = if spec.owns_kv() {
             let k = load_linear(
                 store,
@@ -228,7 +215,7 @@ impl TextModel {
                 hidden,
                 dtype,
             )?;
-            let kn = take_norm(store, &format!("{p}.self_attn.k_norm.weight"), d, dtype)?;
+            let kn = store.take_float(&format!("{p}.self_attn.k_norm.weight"), &[d], dtype)?;
             match (k, v, kn) {
                 (Some(k), Some(v), Some(kn)) => Some(Some((k, v, kn))),
                 _ => None,
@@ -247,7 +234,7 @@ impl TextModel {
             "post_feedforward_layernorm",
         ]
         .iter()
-        .map(|name| take_norm(store, &format!("{p}.{name}.weight"), hidden, dtype))
+        .map(|name| store.take_float(&format!("{p}.{name}.weight"), &[hidden], dtype))
         .collect::<Result<_>>()?;
         let ple = t.hidden_size_per_layer_input;
         let per_layer = if ple > 0 {
@@ -267,10 +254,9 @@ impl TextModel {
                 ple,
                 dtype,
             )?;
-            let norm = take_norm(
-                store,
+            let norm = store.take_float(
                 &format!("{p}.post_per_layer_input_norm.weight"),
-                hidden,
+                &[hidden],
                 dtype,
             )?;
             match (gate, proj, norm) {
@@ -284,10 +270,7 @@ impl TextModel {
         } else {
             Some(None)
         };
-        let layer_scalar = store
-            .take(&format!("{p}.layer_scalar"), &[1], DtypeClass::Float)
-            .map(|a| to_dtype(a, dtype))
-            .transpose()?;
+        let layer_scalar = store.take_float(&format!("{p}.layer_scalar"), &[1], dtype)?;
         let rope_freqs = match &spec.rope {
             Rope::Default { .. } => None,
             Rope::Proportional { periods, .. } => {
@@ -411,21 +394,16 @@ impl TextModel {
             None => None,
         };
 
+        // Layers from the first KV-shared one on write no cache: when only the last `keep`
+        // rows' logits are needed, they run on those rows alone.
         let keep = keep.filter(|&k| k > 0 && k < t);
-        let trim_at = if self.first_shared < self.layers.len() {
-            self.first_shared
-        } else {
-            self.layers.len()
-        };
         let mut rows = t; // rows of h currently computed
         let mut produced: Vec<Option<(Array, Array)>> = vec![None; self.layers.len()];
         let mut cache_slot = 0;
         for (i, layer) in self.layers.iter().enumerate() {
-            if let Some(k) = keep {
-                if i == trim_at && rows == t {
-                    h = h.index((.., (t - k) as i32.., ..));
-                    rows = k;
-                }
+            if let (Some(k), true) = (keep, i == self.first_shared) {
+                h = h.index((.., (t - k) as i32.., ..));
+                rows = k;
             }
             let skip = t - rows;
             let mask = match layer.spec.kind {

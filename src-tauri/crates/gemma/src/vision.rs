@@ -11,7 +11,7 @@ use crate::config::{Config, VisionConfig};
 use crate::error::{Error, Result};
 use crate::quant::{load_linear, Linear};
 use crate::text::{gelu_tanh, scalar};
-use crate::weights::{to_dtype, DtypeClass, WeightStore};
+use crate::weights::WeightStore;
 
 /// A linear layer whose input and output are clamped to bounds stored in the checkpoint.
 struct ClippedLinear {
@@ -85,14 +85,11 @@ impl VisionTower {
             patch_dim,
             dtype,
         )?;
-        let position_table = store
-            .take(
-                "vision_tower.patch_embedder.position_embedding_table",
-                &[2, cfg.position_embedding_size, d],
-                DtypeClass::Float,
-            )
-            .map(|a| to_dtype(a, dtype))
-            .transpose()?;
+        let position_table = store.take_float(
+            "vision_tower.patch_embedder.position_embedding_table",
+            &[2, cfg.position_embedding_size, d],
+            dtype,
+        )?;
         let mut layers = Vec::new();
         let mut complete = true;
         for i in 0..cfg.num_hidden_layers {
@@ -342,12 +339,7 @@ fn load_layer(
             let names = ["input_min", "input_max", "output_min", "output_max"];
             let got: Vec<Option<Array>> = names
                 .iter()
-                .map(|b| {
-                    store
-                        .take(&format!("{path}.{b}"), &[], DtypeClass::Float)
-                        .map(|a| to_dtype(a, dtype))
-                        .transpose()
-                })
+                .map(|b| store.take_float(&format!("{path}.{b}"), &[], dtype))
                 .collect::<Result<_>>()?;
             match <[Option<Array>; 4]>::try_from(got) {
                 Ok([Some(a), Some(b), Some(c), Some(d)]) => Some(Some([a, b, c, d])),
@@ -367,12 +359,8 @@ fn load_layer(
     let gate = lin("mlp.gate_proj", inner, d)?;
     let up = lin("mlp.up_proj", inner, d)?;
     let down = lin("mlp.down_proj", d, inner)?;
-    let mut norm = |name: &str, dim: usize| {
-        store
-            .take(&format!("{p}.{name}.weight"), &[dim], DtypeClass::Float)
-            .map(|a| to_dtype(a, dtype))
-            .transpose()
-    };
+    let mut norm =
+        |name: &str, dim: usize| store.take_float(&format!("{p}.{name}.weight"), &[dim], dtype);
     let q_norm = norm("self_attn.q_norm", cfg.head_dim)?;
     let k_norm = norm("self_attn.k_norm", cfg.head_dim)?;
     let n0 = norm("input_layernorm", d)?;

@@ -220,6 +220,18 @@ impl WeightStore {
         self.arrays.get(name).cloned()
     }
 
+    /// Takes a float tensor and casts it to the compute dtype (see [`Self::take`]).
+    pub fn take_float(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        dtype: Dtype,
+    ) -> Result<Option<Array>> {
+        self.take(name, shape, DtypeClass::Float)
+            .map(|a| to_dtype(a, dtype))
+            .transpose()
+    }
+
     /// Takes a tensor of any shape (the caller validates), or records it as missing.
     pub fn take_any_shape(&mut self, name: &str, kind: DtypeClass) -> Option<Array> {
         let shape = self.headers.get(name)?.shape.clone();

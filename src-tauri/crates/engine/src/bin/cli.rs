@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::sync::Arc;
 
-use engine::generate::{generate, GenerateOptions, Session};
+use engine::generate::{generate, placeholder_runs, GenerateOptions, Session};
 use engine::image::{preprocess_path, SoftTokenBudget};
 use engine::media::FeatureCache;
 use engine::sampler::SamplerConfig;
@@ -375,11 +375,12 @@ fn logits(
                 );
             }
             let mut parts = vec![forward(&tokens[..n], 0, &mut caches, None)?];
-            for i in n..tokens.len() {
-                let before = tokens[..i].iter().filter(|&&t| t == image_token).count();
-                let row = forward(&tokens[i..i + 1], before, &mut caches, None)?;
+            let mut before = tokens[..n].iter().filter(|&&t| t == image_token).count();
+            for token in &tokens[n..] {
+                let row = forward(std::slice::from_ref(token), before, &mut caches, None)?;
                 row.eval()?;
                 parts.push(row);
+                before += usize::from(*token == image_token);
             }
             mlx_rs::ops::concatenate(&parts, 0)?
         }
@@ -402,14 +403,7 @@ fn image_features(
     tokens: &[u32],
 ) -> Result<Option<Array>> {
     let image_token = model.config().image_token_id;
-    let runs = match image_token {
-        Some(id) => tokens
-            .iter()
-            .enumerate()
-            .filter(|&(i, &t)| t == id && (i == 0 || tokens[i - 1] != id))
-            .count(),
-        None => 0,
-    };
+    let runs = image_token.map_or(0, |id| placeholder_runs(tokens, id).len());
     if runs != images.len() {
         bail!(
             "the token list has {runs} image placeholder runs but {} --image files were given",
