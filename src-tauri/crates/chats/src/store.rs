@@ -231,6 +231,49 @@ impl Store {
         })
     }
 
+    /// Deletes `message_id` and every later message of its conversation (for regenerate and
+    /// edit-and-resend), with attachment files no other message still uses. Returns how many
+    /// messages went.
+    pub fn delete_messages_from(&self, conversation_id: &str, message_id: &str) -> Result<usize> {
+        self.with("deleting messages", |inner| {
+            let tx = inner.conn.transaction()?;
+            let position: Option<u32> = tx
+                .query_row(
+                    "SELECT position FROM messages WHERE id = ? AND conversation_id = ?",
+                    [message_id, conversation_id],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let Some(position) = position else {
+                return Err(Error::not_found("message", message_id));
+            };
+            let files: Vec<String> = {
+                let mut stmt = tx.prepare_cached(
+                    "SELECT DISTINCT a.file_name FROM attachments a JOIN messages m
+                     ON m.id = a.message_id WHERE m.conversation_id = ? AND m.position >= ?",
+                )?;
+                let rows = stmt.query_map(params![conversation_id, position], |row| row.get(0))?;
+                rows.collect::<rusqlite::Result<_>>()?
+            };
+            let deleted = tx.execute(
+                "DELETE FROM messages WHERE conversation_id = ? AND position >= ?",
+                params![conversation_id, position],
+            )?;
+            let mut unused = Vec::new();
+            for file in files {
+                if !attachments::is_referenced(&tx, &file)? && !inner.unsent_files.contains(&file) {
+                    unused.push(file);
+                }
+            }
+            touch(&tx, conversation_id)?;
+            tx.commit()?;
+            for file in unused {
+                let _ = attachments::remove_file(&self.attachments_dir, &file);
+            }
+            Ok(deleted)
+        })
+    }
+
     /// Saves a finished message (typically the user's) with its attachments, committed before
     /// this returns. Each attachment must have been stored with `store_attachment`.
     pub fn add_message(

@@ -489,3 +489,60 @@ fn settings_round_trip_as_json() {
     assert!(!store.remove_setting("sampling").unwrap());
     assert_eq!(store.get_setting::<Sampling>("sampling").unwrap(), None);
 }
+
+#[test]
+fn deleting_from_a_message_drops_it_and_everything_after_and_their_unused_files() {
+    let (dir, store) = open();
+    let chat = store.create_conversation("Regenerate").unwrap();
+    let first_image = store
+        .store_attachment(b"first image bytes", "image/png", Some(1), Some(1))
+        .unwrap();
+    let second_image = store
+        .store_attachment(b"second image bytes", "image/png", Some(1), Some(1))
+        .unwrap();
+    store
+        .add_message(&chat.id, Role::User, "one", &[(&first_image).into()])
+        .unwrap();
+    store.add_message(&chat.id, Role::Assistant, "two", &[]).unwrap();
+    let third = store
+        .add_message(
+            &chat.id,
+            Role::User,
+            "three",
+            &[(&first_image).into(), (&second_image).into()],
+        )
+        .unwrap();
+    store.add_message(&chat.id, Role::Assistant, "four", &[]).unwrap();
+
+    assert_eq!(store.delete_messages_from(&chat.id, &third.id).unwrap(), 2);
+
+    let texts: Vec<String> = store
+        .get_conversation(&chat.id)
+        .unwrap()
+        .messages
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    assert_eq!(texts, ["one", "two"]);
+    let attachments = dir.path().join(chats::ATTACHMENTS_DIR);
+    assert!(attachments.join(&first_image.file_name).is_file(), "still used by 'one'");
+    assert!(!attachments.join(&second_image.file_name).exists(), "no longer used");
+    let hits = store.search("three").unwrap();
+    assert!(hits.is_empty(), "deleted text is not searchable: {hits:?}");
+    // The next message takes the freed position.
+    let next = store.add_message(&chat.id, Role::User, "again", &[]).unwrap();
+    assert_eq!(next.position, 2);
+}
+
+#[test]
+fn deleting_from_a_message_of_another_conversation_is_not_found() {
+    let (_dir, store) = open();
+    let a = store.create_conversation("A").unwrap();
+    let b = store.create_conversation("B").unwrap();
+    let message = store.add_message(&a.id, Role::User, "hello", &[]).unwrap();
+
+    let err = store.delete_messages_from(&b.id, &message.id).unwrap_err();
+
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    assert_eq!(store.get_conversation(&a.id).unwrap().messages.len(), 1);
+}
