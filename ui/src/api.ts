@@ -1,15 +1,54 @@
 /**
- * The only module that talks to the Tauri bridge. Views call these functions, never `invoke`.
- * Types come from `./bindings`, which `cargo test -p gemma-desk` generates from the Rust types.
+ * The only module that talks to the Tauri bridge. Views call these functions, never `invoke`
+ * or `listen`. Types come from `./bindings`, generated from the Rust types by ts-rs.
  */
-import { invoke, type InvokeArgs } from "@tauri-apps/api/core";
+import { invoke, type InvokeArgs, type InvokeOptions } from "@tauri-apps/api/core";
+import { listen, type UnlistenFn } from "@tauri-apps/api/event";
 
 import type { AppStatus } from "./bindings/AppStatus";
+import type { Attachment } from "./bindings/Attachment";
 import type { CommandError } from "./bindings/CommandError";
+import type { Conversation } from "./bindings/Conversation";
+import type { ConversationSummary } from "./bindings/ConversationSummary";
+import type { DownloadProgress } from "./bindings/DownloadProgress";
+import type { DropEvent } from "./bindings/DropEvent";
 import type { ErrorKind } from "./bindings/ErrorKind";
-import type { InstalledModel } from "./bindings/InstalledModel";
+import type { GenerationEvent } from "./bindings/GenerationEvent";
+import type { MemoryUsage } from "./bindings/MemoryUsage";
+import type { Message } from "./bindings/Message";
+import type { MessageStatus } from "./bindings/MessageStatus";
+import type { ModelState } from "./bindings/ModelState";
+import type { PendingAttachment } from "./bindings/PendingAttachment";
+import type { SearchHit } from "./bindings/SearchHit";
+import type { SendRequest } from "./bindings/SendRequest";
+import type { Sent } from "./bindings/Sent";
+import type { Settings } from "./bindings/Settings";
+import type { SnippetPart } from "./bindings/SnippetPart";
+import type { StopReason } from "./bindings/StopReason";
+import type { Usage } from "./bindings/Usage";
 
-export type { AppStatus, InstalledModel };
+export type {
+  AppStatus,
+  Attachment,
+  Conversation,
+  ConversationSummary,
+  DownloadProgress,
+  DropEvent,
+  ErrorKind,
+  GenerationEvent,
+  MemoryUsage,
+  Message,
+  MessageStatus,
+  ModelState,
+  PendingAttachment,
+  SearchHit,
+  SendRequest,
+  Sent,
+  Settings,
+  SnippetPart,
+  StopReason,
+  Usage,
+};
 
 /** A failed command. `kind` is the backend's error kind, or "bridge" when Tauri itself refused. */
 export class ApiError extends Error {
@@ -22,14 +61,147 @@ export class ApiError extends Error {
   }
 }
 
-/** The installed model (if any), the models folder and the app version. */
-export function appStatus(): Promise<AppStatus> {
-  return call<AppStatus>("app_status");
+/** Turns anything a rejected call or event carries into an ApiError. */
+export function toApiError(error: unknown): ApiError {
+  if (error instanceof ApiError) return error;
+  if (isCommandError(error)) return new ApiError(error.kind, error.message);
+  // Tauri rejects with a plain string when a command is unknown or denied by a capability.
+  const message = error instanceof Error ? error.message : String(error);
+  return new ApiError("bridge", message);
 }
 
-async function call<T>(command: string, args?: InvokeArgs): Promise<T> {
+/** The text to show a person for any error. */
+export function errorMessage(error: unknown): string {
+  return toApiError(error).message || "Something went wrong.";
+}
+
+// App and model
+
+/** Version, models folder, platform and where the model stands. */
+export function appStatus(): Promise<AppStatus> {
+  return call("app_status");
+}
+
+/** Opens the native folder dialog; resolves with the (possibly unchanged) model state. */
+export function chooseModelFolder(): Promise<ModelState> {
+  return call("choose_model_folder");
+}
+
+/** Starts downloading the default model; progress arrives through `onModelState`. */
+export function downloadModel(): Promise<void> {
+  return call("download_model");
+}
+
+export function cancelDownload(): Promise<void> {
+  return call("cancel_download");
+}
+
+export function memoryUsage(): Promise<MemoryUsage> {
+  return call("memory_usage");
+}
+
+// Conversations
+
+export function listConversations(): Promise<ConversationSummary[]> {
+  return call("list_conversations");
+}
+
+export function getConversation(id: string): Promise<Conversation> {
+  return call("get_conversation", { id });
+}
+
+export function renameConversation(id: string, title: string): Promise<void> {
+  return call("rename_conversation", { id, title });
+}
+
+export function deleteConversation(id: string): Promise<void> {
+  return call("delete_conversation", { id });
+}
+
+export function searchConversations(query: string): Promise<SearchHit[]> {
+  return call("search_conversations", { query });
+}
+
+// Generation
+
+/** Saves the user's message and starts the answer; a null conversation id starts a new chat. */
+export function sendMessage(request: SendRequest): Promise<Sent> {
+  return call("send_message", { request });
+}
+
+/** Drops the last answer and answers the last user message again. */
+export function regenerate(conversationId: string): Promise<Sent> {
+  return call("regenerate", { conversationId });
+}
+
+/** Replaces a user message's text, drops everything after it and answers again. */
+export function editMessage(conversationId: string, messageId: string, text: string): Promise<Sent> {
+  return call("edit_message", { conversationId, messageId, text });
+}
+
+/** Stops a generation; false when it had already finished. */
+export function stopGeneration(generationId: number): Promise<boolean> {
+  return call("stop_generation", { generationId });
+}
+
+// Settings
+
+export function getSettings(): Promise<Settings> {
+  return call("get_settings");
+}
+
+/** Validates and stores the settings; resolves with what was stored. */
+export function saveSettings(settings: Settings): Promise<Settings> {
+  return call("save_settings", { settings });
+}
+
+// Attachments
+
+/** Opens the native image picker; resolves with the images added (none when cancelled). */
+export function pickImages(): Promise<PendingAttachment[]> {
+  return call("pick_images");
+}
+
+/** Hands pasted image bytes to the backend, which checks and keeps them until sent. */
+export function addPastedImage(bytes: Uint8Array, fileName: string): Promise<PendingAttachment> {
+  return call("add_pasted_image", bytes, { headers: { "x-file-name": headerSafe(fileName) } });
+}
+
+export function removePendingAttachment(id: string): Promise<void> {
+  return call("remove_pending_attachment", { id });
+}
+
+/** A `data:` URL of a saved attachment's thumbnail. */
+export function attachmentThumbnail(attachmentId: string): Promise<string> {
+  return call("attachment_thumbnail", { attachmentId });
+}
+
+// Links
+
+/** Opens an http(s) URL in the system browser. Ask the user first. */
+export function openLink(url: string): Promise<void> {
+  return call("open_link", { url });
+}
+
+// Events
+
+export function onModelState(handler: (state: ModelState) => void): Promise<UnlistenFn> {
+  return listen<ModelState>("model-state", (event) => handler(event.payload));
+}
+
+export function onGeneration(handler: (event: GenerationEvent) => void): Promise<UnlistenFn> {
+  return listen<GenerationEvent>("generation", (event) => handler(event.payload));
+}
+
+export function onDrop(handler: (event: DropEvent) => void): Promise<UnlistenFn> {
+  return listen<DropEvent>("drop", (event) => handler(event.payload));
+}
+
+export type { UnlistenFn };
+
+async function call<T>(command: string, args?: InvokeArgs, options?: InvokeOptions): Promise<T> {
   try {
-    return await invoke<T>(command, args);
+    return await invoke<T>(command, args, options);
   } catch (error) {
     throw toApiError(error);
   }
@@ -41,9 +213,8 @@ function isCommandError(value: unknown): value is CommandError {
   return typeof kind === "string" && typeof message === "string";
 }
 
-function toApiError(error: unknown): ApiError {
-  if (isCommandError(error)) return new ApiError(error.kind, error.message);
-  // Tauri rejects with a plain string when a command is unknown or denied by a capability.
-  const message = error instanceof Error ? error.message : String(error);
-  return new ApiError("bridge", message);
+/** HTTP header values must be ASCII; anything else in a pasted file's name becomes "_". */
+function headerSafe(name: string): string {
+  const ascii = name.replace(/[^\x20-\x7e]/g, "_").trim();
+  return ascii || "pasted-image.png";
 }
