@@ -68,6 +68,34 @@ pub enum TemplateError {
         #[source]
         source: JinjaError,
     },
+    /// The template fails on the simplest conversation: it could never be used.
+    #[error(
+        "the chat template from {origin} cannot render even a one-message conversation: {source}"
+    )]
+    Unusable {
+        /// Where the template came from.
+        origin: PathBuf,
+        /// Why.
+        #[source]
+        source: JinjaError,
+    },
+    /// The template writes a special token (`bos_token`, …) that no file defines; it would
+    /// silently render as nothing.
+    #[error(
+        "the chat template from {origin} uses `{name}`, which {} does not define{}",
+        defined_in.display(),
+        if *file_missing { " (the file is missing)" } else { "" }
+    )]
+    UndefinedToken {
+        /// Where the template came from.
+        origin: PathBuf,
+        /// The variable, e.g. `bos_token`.
+        name: String,
+        /// The file that should define it: tokenizer_config.json.
+        defined_in: PathBuf,
+        /// Whether that file is absent altogether.
+        file_missing: bool,
+    },
     /// Rendering failed, including the template's own `raise_exception(...)`.
     #[error("the chat template from {origin} cannot render this conversation: {source}")]
     Render {
@@ -243,7 +271,44 @@ impl ChatTemplate {
                 }
             }
         }
-        Self::from_source(source, tokens, origin)
+        let template = Self::from_source(source, tokens, origin)?;
+        template.check_usable(&config_path)?;
+        Ok(template)
+    }
+
+    /// Fails now, at load, rather than on the first message: when the template writes a special
+    /// token no file defines, or cannot render a one-message conversation at all.
+    fn check_usable(&self, tokens_file: &Path) -> Result<()> {
+        let undeclared = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map(|t| t.undeclared_variables(false))
+            .unwrap_or_default();
+        let mut missing: Vec<&String> = undeclared
+            .iter()
+            .filter(|name| name.ends_with("_token"))
+            .filter(|name| !self.tokens.iter().any(|(defined, _)| defined == *name))
+            .collect();
+        missing.sort();
+        if let Some(name) = missing.first() {
+            return Err(TemplateError::UndefinedToken {
+                origin: self.origin.clone(),
+                name: (*name).clone(),
+                defined_in: tokens_file.to_owned(),
+                file_missing: !tokens_file.exists(),
+            });
+        }
+        let probe = [Message::text(Role::User, "Hello")];
+        let options = RenderOptions {
+            add_generation_prompt: true,
+            enable_thinking: false,
+        };
+        match self.render(&probe, options) {
+            Err(TemplateError::Render { origin, source }) => {
+                Err(TemplateError::Unusable { origin, source })
+            }
+            other => other.map(drop),
+        }
     }
 
     /// Compiles a template from its text. `tokens` are the variables `bos_token`,

@@ -95,6 +95,19 @@ pub enum TokenizerError {
         /// The id.
         id: u32,
     },
+    /// tokenizer_config.json names a token text the chat template writes that disagrees with
+    /// the vocabulary or with config.json: prompts would silently start with the wrong token.
+    #[error("{path}: `{field}` is {token:?}, {problem}")]
+    TokenMismatch {
+        /// tokenizer_config.json.
+        path: PathBuf,
+        /// The field, e.g. `bos_token`.
+        field: &'static str,
+        /// Its text.
+        token: String,
+        /// What is wrong, in words.
+        problem: String,
+    },
     /// Encoding text failed.
     #[error("cannot encode the prompt: {0}")]
     Encode(#[source] tokenizers::Error),
@@ -252,6 +265,9 @@ impl SpecialTokens {
     /// Reads the special ids of the checkpoint in `dir`: `config.json` (required),
     /// `generation_config.json` (optional; stop ids fall back to config.json's `eos_token_id`)
     /// and the turn/thinking markers looked up by text in `tokenizer`.
+    ///
+    /// When `tokenizer_config.json` exists, its `bos_token` (the text the chat template writes
+    /// first) must be the vocabulary's token for config.json's `bos_token_id`.
     pub fn load(dir: &Path, tokenizer: &Tokenizer) -> Result<Self> {
         let config_path = dir.join(CONFIG_FILE);
         let config = read_json(&config_path)?;
@@ -261,12 +277,17 @@ impl SpecialTokens {
         } else {
             None
         };
-        Self::from_configs(
+        let specials = Self::from_configs(
             &config_path,
             &config,
             generation.as_ref().map(|g| (generation_path.as_path(), g)),
             tokenizer,
-        )
+        )?;
+        let tokenizer_config = dir.join(crate::template::TOKENIZER_CONFIG_FILE);
+        if tokenizer_config.exists() {
+            check_bos_text(&tokenizer_config, specials.bos, tokenizer)?;
+        }
+        Ok(specials)
     }
 
     /// Builds the ids from already parsed config files; paths name them in errors.
@@ -328,6 +349,36 @@ impl SpecialTokens {
     /// Whether generation must stop after this id.
     pub fn is_stop(&self, id: u32) -> bool {
         self.eos.contains(&id)
+    }
+}
+
+/// `bos_token` of tokenizer_config.json (a string or `{"content": …}`), when present, must be
+/// one token of the vocabulary, and the one config.json names.
+fn check_bos_text(path: &Path, bos: u32, tokenizer: &Tokenizer) -> Result<()> {
+    let json = read_json(path)?;
+    let text = match json.get("bos_token") {
+        Some(Value::String(text)) => text,
+        Some(value) => match value.get("content").and_then(Value::as_str) {
+            Some(text) => text,
+            None => return Ok(()), // a malformed field is the template loader's to report
+        },
+        None => return Ok(()),
+    };
+    let mismatch = |problem: String| TokenizerError::TokenMismatch {
+        path: path.to_owned(),
+        field: "bos_token",
+        token: text.to_owned(),
+        problem,
+    };
+    match tokenizer.token_id(text) {
+        None => Err(mismatch(format!(
+            "which is not a token of {}",
+            tokenizer.path().display()
+        ))),
+        Some(id) if id != bos => Err(mismatch(format!(
+            "token {id}, but config.json's bos_token_id is {bos}"
+        ))),
+        Some(_) => Ok(()),
     }
 }
 

@@ -104,6 +104,8 @@ pub struct QuantSpec {
 pub struct Quantization {
     pub default: Option<QuantSpec>,
     pub per_module: HashMap<String, QuantSpec>,
+    /// `mode` when given (MLX: "affine"; the microscaling modes are not supported).
+    pub mode: Option<String>,
 }
 
 impl Quantization {
@@ -129,9 +131,13 @@ impl Quantization {
                 Some((path.clone(), QuantSpec { bits, group_size }))
             })
             .collect();
+        let mode = map
+            .get("mode")
+            .map(|m| m.as_str().map_or_else(|| m.to_string(), str::to_owned));
         Self {
             default,
             per_module,
+            mode,
         }
     }
 }
@@ -179,7 +185,11 @@ impl Config {
 
     /// Parses the text of `config.json`; errors are messages in words.
     pub fn parse(text: &str) -> std::result::Result<Self, String> {
-        let raw: RawConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let json: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if !json.is_object() {
+            return Err("expected a JSON object of model settings".into());
+        }
+        let raw: RawConfig = serde_json::from_value(json).map_err(|e| e.to_string())?;
         match raw.model_type.as_deref() {
             Some("gemma4") => {}
             Some(other) => return Err(format!("model_type is \"{other}\", expected \"gemma4\"")),
@@ -203,6 +213,166 @@ impl Config {
 
     fn validate(&self) -> std::result::Result<(), String> {
         let t = &self.text;
+        // Sizes are bounded before anything is built from them: a zero divides, a huge one
+        // overflows or allocates without end. The bounds are far above any Gemma 4 model.
+        let v = self.vision.as_ref();
+        let bounded = [
+            (
+                1..=MAX_WIDTH,
+                vec![
+                    ("text_config.hidden_size", Some(t.hidden_size)),
+                    ("text_config.intermediate_size", Some(t.intermediate_size)),
+                    ("vision_config.hidden_size", v.map(|v| v.hidden_size)),
+                    (
+                        "vision_config.intermediate_size",
+                        v.map(|v| v.intermediate_size),
+                    ),
+                ],
+            ),
+            (
+                0..=MAX_WIDTH,
+                vec![(
+                    "text_config.hidden_size_per_layer_input",
+                    Some(t.hidden_size_per_layer_input),
+                )],
+            ),
+            (
+                1..=MAX_HEADS,
+                vec![
+                    ("text_config.num_hidden_layers", Some(t.num_hidden_layers)),
+                    (
+                        "text_config.num_attention_heads",
+                        Some(t.num_attention_heads),
+                    ),
+                    (
+                        "text_config.num_key_value_heads",
+                        Some(t.num_key_value_heads),
+                    ),
+                    (
+                        "vision_config.num_attention_heads",
+                        v.map(|v| v.num_attention_heads),
+                    ),
+                    (
+                        "vision_config.num_hidden_layers",
+                        v.map(|v| v.num_hidden_layers.max(1)),
+                    ),
+                    ("vision_config.patch_size", v.map(|v| v.patch_size)),
+                    (
+                        "vision_config.pooling_kernel_size",
+                        v.map(|v| v.pooling_kernel_size),
+                    ),
+                ],
+            ),
+            (
+                2..=MAX_HEAD_DIM,
+                vec![
+                    ("text_config.head_dim", Some(t.head_dim)),
+                    ("text_config.global_head_dim", t.global_head_dim),
+                    ("vision_config.head_dim", v.map(|v| v.head_dim)),
+                ],
+            ),
+            (
+                1..=MAX_VOCAB,
+                vec![
+                    ("text_config.vocab_size", Some(t.vocab_size)),
+                    (
+                        "text_config.vocab_size_per_layer_input",
+                        t.vocab_size_per_layer_input,
+                    ),
+                ],
+            ),
+            (
+                1..=MAX_POSITIONS,
+                vec![
+                    ("text_config.sliding_window", Some(t.sliding_window)),
+                    (
+                        "vision_config.position_embedding_size",
+                        v.map(|v| v.position_embedding_size),
+                    ),
+                    (
+                        "vision_config.default_output_length",
+                        v.and_then(|v| v.default_output_length),
+                    ),
+                    (
+                        "vision_soft_tokens_per_image",
+                        Some(self.vision_soft_tokens_per_image),
+                    ),
+                ],
+            ),
+        ];
+        for (range, fields) in bounded {
+            for (name, value) in fields {
+                match value {
+                    Some(value) if !range.contains(&value) => {
+                        let (min, max) = (range.start(), range.end());
+                        return Err(format!(
+                            "{name} is {value}; it must be between {min} and {max}"
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let finite = |name: &str, v: f32| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(format!("{name} is {v}; it must be a positive number"))
+            }
+        };
+        finite("text_config.rms_norm_eps", t.rms_norm_eps)?;
+        if let Some(cap) = t.final_logit_softcapping {
+            finite("text_config.final_logit_softcapping", cap)?;
+        }
+        let quantized = self
+            .quantization
+            .default
+            .iter()
+            .map(|q| ("quantization", q));
+        let per_module = self
+            .quantization
+            .per_module
+            .iter()
+            .map(|(m, q)| (m.as_str(), q));
+        for (module, q) in quantized.chain(per_module) {
+            if ![2, 3, 4, 5, 6, 8].contains(&q.bits) {
+                return Err(format!(
+                    "{module}: {} bits is not supported (2, 3, 4, 5, 6 or 8)",
+                    q.bits
+                ));
+            }
+            if q.group_size < 16 || q.group_size > 1024 || q.group_size.count_ones() != 1 {
+                return Err(format!(
+                    "{module}: group size {} is not supported (a power of two from 16 to 1024)",
+                    q.group_size
+                ));
+            }
+        }
+        if let Some(mode) = &self.quantization.mode {
+            if mode != "affine" {
+                return Err(format!(
+                    "quantization mode \"{mode}\" is not supported (only \"affine\")"
+                ));
+            }
+        }
+        let vision_rope = self
+            .vision
+            .iter()
+            .filter_map(|v| v.rope_parameters.as_ref().map(|r| ("vision_config", r)));
+        let text_rope = t.rope_parameters.iter().map(|(kind, r)| (kind.as_str(), r));
+        for (kind, rope) in text_rope.chain(vision_rope) {
+            finite(
+                &format!("rope_parameters.{kind}.rope_theta"),
+                rope.rope_theta,
+            )?;
+            finite(&format!("rope_parameters.{kind}.factor"), rope.factor)?;
+            if !(0.0..=1.0).contains(&rope.partial_rotary_factor) {
+                return Err(format!(
+                    "rope_parameters.{kind}.partial_rotary_factor is {}; it must be between 0 and 1",
+                    rope.partial_rotary_factor
+                ));
+            }
+        }
         if t.layer_types.len() != t.num_hidden_layers {
             return Err(format!(
                 "text_config.layer_types has {} entries for {} layers",
@@ -236,6 +406,14 @@ impl Config {
         Ok(())
     }
 }
+
+/// Upper bounds of config sizes (far above any Gemma 4 model, far below overflow).
+const MAX_WIDTH: usize = 1 << 18;
+/// Also bounds layer counts, patch and pooling sizes.
+const MAX_HEADS: usize = 1024;
+const MAX_HEAD_DIM: usize = 8192;
+const MAX_VOCAB: usize = 1 << 22;
+const MAX_POSITIONS: usize = 1 << 24;
 
 /// The config name of an attention kind.
 pub fn kind_name(kind: AttentionKind) -> &'static str {

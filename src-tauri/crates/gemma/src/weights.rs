@@ -7,7 +7,6 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use mlx_rs::{Array, Dtype};
-use safetensors::tensor::Metadata;
 
 use crate::error::{Error, Result};
 
@@ -39,7 +38,14 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
                 path: index.clone(),
                 message: "weight_map is missing".into(),
             })?;
-        let files: BTreeSet<&str> = map.values().filter_map(|v| v.as_str()).collect();
+        let mut files = BTreeSet::new();
+        for (tensor, file) in map {
+            let file = file.as_str().ok_or_else(|| Error::Config {
+                path: index.clone(),
+                message: format!("weight_map entry {tensor} is {file}, not a file name"),
+            })?;
+            files.insert(file);
+        }
         let mut paths = Vec::new();
         for file in files {
             if file.contains("..") || Path::new(file).is_absolute() {
@@ -81,57 +87,184 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
-/// Reads and validates one file's header without touching its tensor data: offsets must be
-/// contiguous, sizes must match dtype × shape, and the data must end exactly at the file's end.
+/// Longest header accepted: real checkpoints use well under 1 MB even for thousands of tensors.
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// Reads and validates one file's header without touching its tensor data: every entry must
+/// parse, offsets must be contiguous from 0, sizes must match dtype × shape, and the data must
+/// end exactly at the file's end. Every problem names the tensor it is about.
 pub fn read_header(path: &Path) -> Result<BTreeMap<String, TensorHeader>> {
-    let bad = |message: String| Error::Safetensors {
-        path: path.to_path_buf(),
-        message,
-    };
-    let mut file = File::open(path).map_err(|source| Error::Io {
+    let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
-    })?;
-    let file_len = file
-        .metadata()
-        .map_err(|source| Error::Io {
+    };
+    let mut file = File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(Error::Safetensors {
             path: path.to_path_buf(),
-            source,
-        })?
-        .len();
+            message: "is not a file".into(),
+        });
+    }
+    let file_len = meta.len();
+    let too_short = || Error::Safetensors {
+        path: path.to_path_buf(),
+        message: format!("file is too short to be safetensors ({file_len} bytes; truncated?)"),
+    };
     let mut len_bytes = [0u8; 8];
-    file.read_exact(&mut len_bytes)
-        .map_err(|_| bad("file is too short to be safetensors (truncated?)".into()))?;
+    file.read_exact(&mut len_bytes).map_err(|_| too_short())?;
     let header_len = u64::from_le_bytes(len_bytes);
-    if header_len > 100_000_000 || header_len + 8 > file_len {
-        return Err(bad(format!("header length {header_len} does not fit a {file_len}-byte file (truncated or not safetensors)")));
+    if header_len > MAX_HEADER_BYTES || header_len > file_len - 8 {
+        return Err(Error::Safetensors {
+            path: path.to_path_buf(),
+            message: format!(
+                "header length {header_len} does not fit a {file_len}-byte file (truncated or not safetensors)"
+            ),
+        });
     }
     let mut header = vec![0u8; header_len as usize];
-    file.read_exact(&mut header)
-        .map_err(|e| bad(format!("cannot read header: {e}")))?;
-    let metadata: Metadata =
-        serde_json::from_slice(&header).map_err(|e| bad(format!("invalid header: {e}")))?;
-    let data_len = metadata.data_len() as u64;
-    if data_len + 8 + header_len != file_len {
-        return Err(bad(format!(
-            "header describes {data_len} bytes of tensor data but the file holds {} (truncated or corrupt)",
-            file_len - 8 - header_len
-        )));
-    }
-    Ok(metadata
-        .tensors()
-        .into_iter()
-        .map(|(name, info)| {
-            (
-                name,
-                TensorHeader {
-                    dtype: info.dtype,
-                    shape: info.shape.clone(),
-                    file: path.to_path_buf(),
-                },
-            )
+    file.read_exact(&mut header).map_err(io)?;
+    parse_header(&header, file_len - 8 - header_len)
+        .map(|tensors| {
+            tensors
+                .into_iter()
+                .map(|(name, (dtype, shape))| {
+                    let file = path.to_path_buf();
+                    (name, TensorHeader { dtype, shape, file })
+                })
+                .collect()
         })
-        .collect())
+        .map_err(|message| Error::Safetensors {
+            path: path.to_path_buf(),
+            message,
+        })
+}
+
+/// Name → (dtype, shape) of a safetensors header (the JSON after the length prefix), checked
+/// against `data_len`, the bytes that follow it. Errors are messages in words.
+pub fn parse_header(
+    header: &[u8],
+    data_len: u64,
+) -> std::result::Result<BTreeMap<String, (safetensors::Dtype, Vec<usize>)>, String> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Entry {
+        dtype: safetensors::Dtype,
+        shape: Vec<usize>,
+        data_offsets: (u64, u64),
+    }
+    let entries: HeaderEntries = serde_json::from_slice(header)
+        .map_err(|e| format!("the header is not a safetensors JSON header: {e}"))?;
+    let mut tensors = BTreeMap::new();
+    let mut spans = Vec::new();
+    for (name, value) in entries.0 {
+        if name == "__metadata__" {
+            continue;
+        }
+        if tensors.contains_key(&name) {
+            return Err(format!("tensor {name} is listed twice"));
+        }
+        let entry: Entry =
+            serde_json::from_value(value).map_err(|e| format!("tensor {name}: {e}"))?;
+        if !loadable(entry.dtype) {
+            return Err(format!(
+                "tensor {name}: dtype {:?} is not supported (only float32/16, bfloat16 and integers)",
+                entry.dtype
+            ));
+        }
+        let (start, end) = entry.data_offsets;
+        let bytes = entry
+            .shape
+            .iter()
+            .try_fold(entry.dtype.bitsize() as u64, |n, &d| n.checked_mul(d as u64))
+            .filter(|bits| bits % 8 == 0)
+            .map(|bits| bits / 8)
+            .ok_or_else(|| {
+                format!(
+                    "tensor {name}: shape {:?} of {:?} is not a whole number of bytes that fits in memory",
+                    entry.shape, entry.dtype
+                )
+            })?;
+        if end < start || end - start != bytes {
+            return Err(format!(
+                "tensor {name}: shape {:?} of {:?} needs {bytes} bytes, but its offsets [{start}, {end}] span {}",
+                entry.shape,
+                entry.dtype,
+                end.saturating_sub(start)
+            ));
+        }
+        spans.push((start, end, name.clone()));
+        tensors.insert(name, (entry.dtype, entry.shape));
+    }
+    spans.sort();
+    let mut expected = 0;
+    for (start, end, name) in &spans {
+        if *start != expected {
+            let what = if *start < expected {
+                "overlaps"
+            } else {
+                "leaves a gap before"
+            };
+            return Err(format!(
+                "tensor {name} starts at byte {start} of the data, which {what} the previous tensor (ending at {expected})"
+            ));
+        }
+        expected = *end;
+    }
+    if expected != data_len {
+        return Err(format!(
+            "header describes {expected} bytes of tensor data but the file holds {data_len} (truncated or corrupt)"
+        ));
+    }
+    Ok(tensors)
+}
+
+/// Dtypes MLX reads from safetensors; anything else (F64, 8-bit and smaller floats) is refused
+/// here with the tensor's name rather than by MLX with a C++ source location.
+fn loadable(dtype: safetensors::Dtype) -> bool {
+    use safetensors::Dtype as D;
+    matches!(
+        dtype,
+        D::BOOL
+            | D::U8
+            | D::I8
+            | D::U16
+            | D::I16
+            | D::U32
+            | D::I32
+            | D::U64
+            | D::I64
+            | D::F16
+            | D::BF16
+            | D::F32
+    )
+}
+
+/// The top-level entries of a header in file order, duplicates kept (a JSON map would silently
+/// keep only the last, while MLX's own reader might keep another).
+struct HeaderEntries(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for HeaderEntries {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = HeaderEntries;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object of tensor entries")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<HeaderEntries, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(HeaderEntries(entries))
+            }
+        }
+        d.deserialize_map(Visitor)
+    }
 }
 
 /// All tensors of a checkpoint, handed out by name; what nobody takes is reported as unexpected.
