@@ -4,6 +4,7 @@ pub mod detokenize;
 pub mod generate;
 pub mod image;
 pub mod media;
+pub mod models;
 pub mod sampler;
 pub mod template;
 pub mod tokenizer;

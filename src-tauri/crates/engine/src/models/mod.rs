@@ -1,0 +1,19 @@
+//! The model store: finding Gemma 4 checkpoints already on disk, checking a folder the user
+//! picked, and downloading the default checkpoint from the Hugging Face hub.
+//!
+//! Everything here is blocking; the app runs it on a background thread, reports progress through
+//! a callback and cancels with an `AtomicBool`.
+
+mod discovery;
+mod disk;
+mod download;
+mod hf_cache;
+mod http;
+mod hub;
+mod progress;
+
+pub use discovery::{check_folder, discover, FolderError, ModelCandidate, ModelSource};
+pub use download::{Download, DownloadError, DEFAULT_REPO};
+pub use hf_cache::HfCache;
+pub use hub::{Hub, RepoFile};
+pub use progress::DownloadProgress;
