@@ -5,6 +5,10 @@ export default defineConfig({
   build: {
     outDir: "dist",
     emptyOutDir: true,
+    // The CSP allows fonts and images from 'self' only: never inline assets as data: URLs
+    // (KaTeX's smallest fonts would otherwise be inlined into its CSS and blocked).
+    assetsInlineLimit: 0,
+    target: "safari16",
   },
   clearScreen: false,
   test: {

@@ -1,13 +1,28 @@
+import { emit } from "@tauri-apps/api/event";
 import { clearMocks, mockIPC } from "@tauri-apps/api/mocks";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 
-import { ApiError, appStatus } from "./api";
+import {
+  addPastedImage,
+  ApiError,
+  appStatus,
+  chooseModelFolder,
+  errorMessage,
+  onGeneration,
+  onModelState,
+  sendMessage,
+  stopGeneration,
+  type AppStatus,
+  type ErrorKind,
+  type GenerationEvent,
+} from "./api";
 
 afterEach(() => clearMocks());
 
-describe("appStatus", () => {
+const status: AppStatus = { version: "0.1.0", modelsDir: "/data/models", platform: "macos", model: { state: "none" } };
+
+describe("commands", () => {
   it("invokes the app_status command and returns its result", async () => {
-    const status = { model: null, modelsDir: "/data/models", version: "0.1.0" };
     const calls: string[] = [];
     mockIPC((command) => {
       calls.push(command);
@@ -18,15 +33,54 @@ describe("appStatus", () => {
     expect(calls).toEqual(["app_status"]);
   });
 
-  it("turns a backend error into an ApiError with its kind and message", async () => {
-    mockIPC(() => {
-      throw { kind: "io", message: "could not create the models folder" };
+  it("passes arguments in the contract's shape", async () => {
+    const seen: unknown[] = [];
+    mockIPC((command, args) => {
+      seen.push([command, args]);
+      return command === "stop_generation" ? true : null;
     });
 
-    const error = await appStatus().catch((e: unknown) => e);
+    await sendMessage({ conversationId: null, text: "hi", attachmentIds: ["a"] });
+    await stopGeneration(3);
+
+    expect(seen).toEqual([
+      ["send_message", { request: { conversationId: null, text: "hi", attachmentIds: ["a"] } }],
+      ["stop_generation", { generationId: 3 }],
+    ]);
+  });
+
+  it("sends pasted images as a raw body with an ASCII file-name header", async () => {
+    let body: unknown;
+    let options: unknown;
+    mockIPC((_command, payload) => {
+      body = payload;
+      return { id: "p1" };
+    });
+    // mockIPC drops invoke options; check them on the bridge call itself.
+    const internals = (window as unknown as { __TAURI_INTERNALS__: { invoke: (...args: unknown[]) => unknown } }).__TAURI_INTERNALS__;
+    const spy = vi.spyOn(internals, "invoke");
+
+    await addPastedImage(new Uint8Array([1, 2, 3]), "Bildschirmfoto 2025–06–01.png");
+
+    expect(body).toEqual(new Uint8Array([1, 2, 3]));
+    options = spy.mock.calls[0]?.[2];
+    expect(options).toEqual({ headers: { "x-file-name": "Bildschirmfoto 2025_06_01.png" } });
+  });
+});
+
+describe("errors", () => {
+  const kinds: ErrorKind[] = ["io", "noModel", "modelInvalid", "busy", "notFound", "invalidInput", "contextFull", "download", "cancelled", "internal"];
+
+  it.each(kinds)("turns a backend %s error into an ApiError with its kind and message", async (kind) => {
+    mockIPC(() => {
+      throw { kind, message: `the ${kind} message` };
+    });
+
+    const error = await chooseModelFolder().catch((e: unknown) => e);
 
     expect(error).toBeInstanceOf(ApiError);
-    expect(error).toMatchObject({ kind: "io", message: "could not create the models folder" });
+    expect(error).toMatchObject({ kind, message: `the ${kind} message` });
+    expect(errorMessage(error)).toBe(`the ${kind} message`);
   });
 
   it("reports a refusal by Tauri itself as a bridge error", async () => {
@@ -35,5 +89,28 @@ describe("appStatus", () => {
     });
 
     await expect(appStatus()).rejects.toMatchObject({ kind: "bridge", message: "app_status not allowed by ACL" });
+  });
+
+  it("never shows an empty message", () => {
+    expect(errorMessage(new ApiError("internal", ""))).toBe("Something went wrong.");
+  });
+});
+
+describe("events", () => {
+  it("delivers payloads of model-state and generation events", async () => {
+    mockIPC(() => null, { shouldMockEvents: true });
+    const states: unknown[] = [];
+    const generations: GenerationEvent[] = [];
+    const stopStates = await onModelState((state) => states.push(state));
+    await onGeneration((event) => generations.push(event));
+
+    const event: GenerationEvent = { type: "delta", generationId: 1, conversationId: "c", messageId: "m", delta: "Hi", tokenCount: 1 };
+    await emit("model-state", { state: "none" });
+    await emit("generation", event);
+    stopStates();
+    await emit("model-state", { state: "none" });
+
+    expect(states).toEqual([{ state: "none" }]);
+    expect(generations).toEqual([event]);
   });
 });

@@ -1,107 +1,679 @@
+// @vitest-environment jsdom
+// The window renders model output through DOMPurify, which needs a DOM whose NodeIterator survives
+// node removal (happy-dom's does not), so the whole-window tests run in jsdom.
+import "./test/dialog-polyfill";
+
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 
-import { ApiError, appStatus, type AppStatus } from "./api";
-import { mountApp } from "./app";
+import type { ModelState, Sent } from "./api";
+import { mountApp, type App } from "./app";
+import { FakeBackend, message, READY, usage } from "./test/backend";
+import { callsOf, emit, handle, resetTauri } from "./test/fake-tauri";
 
-vi.mock("./api", async (importOriginal) => ({
-  ...(await importOriginal<typeof import("./api")>()),
-  appStatus: vi.fn(),
-}));
-
-const noModel: AppStatus = {
-  model: null,
-  modelsDir: "/Users/ada/Library/Application Support/app.gemmadesk.desktop/models",
-  version: "0.1.0",
-};
+vi.mock("@tauri-apps/api/core", () => import("./test/fake-tauri"));
+vi.mock("@tauri-apps/api/event", () => import("./test/fake-tauri"));
 
 let root: HTMLElement;
+let app: App;
+let backend: FakeBackend;
+let frames: FrameRequestCallback[];
 
 beforeEach(() => {
+  resetTauri();
+  backend = new FakeBackend();
+  frames = [];
+  vi.spyOn(window, "requestAnimationFrame").mockImplementation((callback) => {
+    frames.push(callback);
+    return frames.length;
+  });
   root = document.createElement("div");
+  root.className = "app";
   document.body.append(root);
 });
 
 afterEach(() => {
+  app?.destroy();
   root.remove();
-  vi.mocked(appStatus).mockReset();
+  document.body.replaceChildren();
+  vi.restoreAllMocks();
 });
 
-function heading(): string | undefined {
-  return root.querySelector("main h1")?.textContent ?? undefined;
+async function settle(): Promise<void> {
+  for (let i = 0; i < 5; i++) await new Promise((resolve) => setTimeout(resolve, 0));
+}
+
+async function mount(): Promise<void> {
+  app = await mountApp(root);
+  await settle();
+}
+
+function runFrames(): number {
+  const pending = frames.splice(0);
+  for (const frame of pending) frame(performance.now());
+  return pending.length;
+}
+
+function $(testId: string): HTMLElement | null {
+  return root.querySelector(`[data-testid="${testId}"]`);
+}
+
+function $$(testId: string): HTMLElement[] {
+  return [...root.querySelectorAll<HTMLElement>(`[data-testid="${testId}"]`)];
+}
+
+function composer(): HTMLTextAreaElement {
+  return $("composer") as HTMLTextAreaElement;
+}
+
+function press(target: Element, key: string, init: KeyboardEventInit = {}): KeyboardEvent {
+  const event = new KeyboardEvent("keydown", { key, bubbles: true, cancelable: true, ...init });
+  target.dispatchEvent(event);
+  return event;
+}
+
+async function type(text: string): Promise<void> {
+  const field = composer();
+  field.value = text;
+  field.dispatchEvent(new Event("input", { bubbles: true }));
+}
+
+async function sendText(text: string): Promise<Sent> {
+  await type(text);
+  press(composer(), "Enter");
+  await settle();
+  return backend.lastSent;
+}
+
+function messages(): HTMLElement[] {
+  return $$("message");
+}
+
+function click(element: Element | null): void {
+  if (!element) throw new Error("nothing to click");
+  (element as HTMLElement).click();
 }
 
 describe("first run", () => {
-  it("says no model is installed and shows the models folder", async () => {
-    vi.mocked(appStatus).mockResolvedValue(noModel);
-
-    await mountApp(root);
-
-    expect(heading()).toBe("No model installed yet");
-    expect(root.querySelector("#models-dir")?.textContent).toBe(noModel.modelsDir);
-    expect(root.querySelector("main")?.hasAttribute("aria-busy")).toBe(false);
-    expect(root.querySelector("aside")?.textContent).toContain("Version 0.1.0");
+  beforeEach(() => {
+    backend.status = { ...backend.status, model: { state: "none" } };
   });
 
-  it("renders the folder path as text, never as markup", async () => {
-    const modelsDir = "/tmp/<img src=x onerror=alert(1)>/models";
-    vi.mocked(appStatus).mockResolvedValue({ ...noModel, modelsDir });
-
-    await mountApp(root);
-
-    expect(root.querySelector("#models-dir")?.textContent).toBe(modelsDir);
-    expect(root.querySelector("img")).toBeNull();
+  it("offers the download and a folder, and shows the models folder as text", async () => {
+    backend.status.modelsDir = "/tmp/<img src=x onerror=alert(1)>/models";
+    await mount();
+    expect($("first-run")).not.toBeNull();
+    expect($("download")?.textContent).toBe("Download Gemma 4 E4B (4-bit, ~5 GB)");
+    expect($("choose-folder")?.textContent).toBe("Choose Folder…");
+    expect(root.querySelector("#models-dir")?.textContent).toBe("/tmp/<img src=x onerror=alert(1)>/models");
+    expect(root.querySelector("main img")).toBeNull();
+    expect($("model-status")?.textContent).toBe("No model");
   });
 
-  it("offers no action that does nothing: every button is disabled and explained", async () => {
-    vi.mocked(appStatus).mockResolvedValue(noModel);
+  it("says “this Mac” only on macOS", async () => {
+    await mount();
+    expect($("first-run")?.textContent).toContain("entirely on this Mac");
+    app.destroy();
+    backend.status.platform = "linux";
+    await mount();
+    expect($("first-run")?.textContent).toContain("entirely on this computer");
+    expect($("first-run")?.textContent).not.toContain("Mac");
+  });
 
-    await mountApp(root);
+  it("shows why a chosen folder is not a usable model, in words", async () => {
+    handle("choose_model_folder", () => {
+      throw { kind: "modelInvalid", message: "This folder has no config.json. Choose the folder that holds the model files." };
+    });
+    await mount();
+    click($("choose-folder"));
+    await settle();
+    const error = $("setup-error");
+    expect(error?.getAttribute("role")).toBe("alert");
+    expect(error?.textContent).toBe("This folder has no config.json. Choose the folder that holds the model files.");
+    expect(($("choose-folder") as HTMLButtonElement).disabled).toBe(false);
+  });
 
-    const buttons = [...root.querySelectorAll("button")];
-    expect(buttons.length).toBeGreaterThan(0);
-    for (const button of buttons) {
-      expect(button.disabled).toBe(true);
-      const note = root.querySelector(`#${button.getAttribute("aria-describedby")}`);
-      expect(note?.textContent).toMatch(/coming/);
-    }
+  it("switches to the chat once a chosen folder loads", async () => {
+    handle("choose_model_folder", () => READY);
+    await mount();
+    click($("choose-folder"));
+    await settle();
+    expect($("first-run")).toBeNull();
+    expect($("composer")).not.toBeNull();
+    expect($("model-status")?.textContent).toBe("Gemma 4 E4B");
+  });
+
+  it("shows download progress with bytes, speed and time left, and cancels", async () => {
+    handle("download_model", () => undefined);
+    handle("cancel_download", () => undefined);
+    await mount();
+    click($("download"));
+    await settle();
+    expect(callsOf("download_model")).toHaveLength(1);
+    const progress: ModelState = {
+      state: "downloading",
+      progress: { file: "model.safetensors", filesDone: 2, filesTotal: 7, bytesDone: 1_250_000_000, bytesTotal: 5_000_000_000, bytesPerSecond: 25_000_000, etaSeconds: 150 },
+    };
+    emit("model-state", progress);
+    expect($("download-progress")?.textContent).toContain("1.3 GB of 5.0 GB (25%)");
+    expect($("download-progress")?.textContent).toContain("25 MB/s");
+    expect($("download-progress")?.textContent).toContain("about 3 min left");
+    expect(root.querySelector("progress")?.value).toBe(0.25);
+    expect($("first-run")?.textContent).toContain("File 3 of 7");
+    click($("cancel-download"));
+    await settle();
+    expect(callsOf("cancel_download")).toHaveLength(1);
+  });
+
+  it("keeps focus on Cancel while progress updates", async () => {
+    await mount();
+    const progress = (bytesDone: number): ModelState => ({
+      state: "downloading",
+      progress: { file: "a", filesDone: 0, filesTotal: 1, bytesDone, bytesTotal: 100, bytesPerSecond: 1, etaSeconds: null },
+    });
+    emit("model-state", progress(1));
+    $("cancel-download")?.focus();
+    emit("model-state", progress(2));
+    expect(document.activeElement).toBe($("cancel-download"));
+  });
+
+  it("shows the loading stage, then the chat when ready", async () => {
+    await mount();
+    emit("model-state", { state: "loading", name: "Gemma 4 E4B", dir: "/m", stage: "Reading weights (3 of 4)" });
+    expect($("model-loading")?.textContent).toContain("Reading weights (3 of 4)");
+    emit("model-state", READY);
+    expect($("model-loading")).toBeNull();
+    expect($("composer")).not.toBeNull();
+  });
+
+  it("shows a failed load with its message and the ways forward", async () => {
+    await mount();
+    emit("model-state", { state: "failed", dir: "/m", message: "model.safetensors is missing 12 tensors" });
+    expect($("setup-error")?.textContent).toBe("model.safetensors is missing 12 tensors");
+    expect($("download")).not.toBeNull();
+    expect($("choose-folder")).not.toBeNull();
   });
 });
 
 describe("startup", () => {
-  it("shows loading until the status arrives", async () => {
-    let resolve: (status: AppStatus) => void = () => {};
-    vi.mocked(appStatus).mockReturnValue(new Promise((r) => (resolve = r)));
-
-    const mounted = mountApp(root);
-
-    expect(root.querySelector("main")?.getAttribute("aria-busy")).toBe("true");
-    expect(heading()).toBeUndefined();
-    resolve(noModel);
-    await mounted;
-    expect(heading()).toBe("No model installed yet");
-  });
-
-  it("names the installed model instead of the first-run screen", async () => {
-    vi.mocked(appStatus).mockResolvedValue({
-      ...noModel,
-      model: { name: "Gemma 4 E4B", dir: "/models/gemma-4-e4b" },
+  it("shows the backend's error as an alert", async () => {
+    handle("app_status", () => {
+      throw { kind: "io", message: "could not create the models folder: permission denied" };
     });
-
-    await mountApp(root);
-
-    expect(heading()).toBe("Gemma 4 E4B is ready");
-    expect(root.textContent).not.toContain("No model installed yet");
-  });
-
-  it("shows the backend's error message as an alert", async () => {
-    vi.mocked(appStatus).mockRejectedValue(
-      new ApiError("io", "could not create the models folder /data/models: permission denied"),
-    );
-
-    await mountApp(root);
-
+    await mount();
     const alert = root.querySelector('[role="alert"]');
     expect(alert?.querySelector("h1")?.textContent).toBe("Gemma Desk could not start");
     expect(alert?.textContent).toContain("permission denied");
+  });
+
+  it("shows the model and memory in use in the status bar", async () => {
+    await mount();
+    expect($("model-status")?.textContent).toBe("Gemma 4 E4B");
+    expect($("memory")?.textContent).toBe("Memory 3.4 GB");
+  });
+});
+
+describe("conversations", () => {
+  it("lists chats and opens one with its messages", async () => {
+    const chat = backend.addConversation("Rust lifetimes", [
+      message({ id: "u1", conversationId: "", role: "user", text: "What is 'a?" }),
+      message({ id: "a1", conversationId: "", role: "assistant", text: "A **lifetime**.", usage: usage() }),
+    ]);
+    backend.addConversation("Older", [], Date.now() - 3 * 24 * 3600 * 1000);
+    await mount();
+    const items = $$("conversation-item");
+    expect(items.map((item) => item.textContent?.includes("Rust lifetimes"))).toEqual([true, false]);
+    expect(root.querySelector(".conversation-list")?.textContent).toContain("Today");
+    expect(root.querySelector(".conversation-list")?.textContent).toContain("Previous 7 Days");
+
+    click(items[0]?.querySelector(".item-button") ?? null);
+    await settle();
+    expect(callsOf("get_conversation").at(-1)?.args).toEqual({ id: chat.id });
+    const shown = messages();
+    expect(shown.map((m) => [m.dataset.role, m.dataset.status])).toEqual([
+      ["user", "complete"],
+      ["assistant", "complete"],
+    ]);
+    expect(shown[1]?.querySelector("strong")?.textContent).toBe("lifetime");
+    expect(shown[1]?.querySelector('[data-testid="answer-stats"]')?.textContent).toContain("31.4 tok/s");
+    expect(items[0]?.classList.contains("active")).toBe(true);
+    expect(root.querySelector(".chat-title")?.textContent).toBe("Rust lifetimes");
+  });
+
+  it("renames a chat inline", async () => {
+    const chat = backend.addConversation("Old name");
+    await mount();
+    click($("rename"));
+    const field = $("rename-field") as HTMLInputElement;
+    expect(document.activeElement).toBe(field);
+    field.value = "New name";
+    press(field, "Enter");
+    await settle();
+    expect(callsOf("rename_conversation").at(-1)?.args).toEqual({ id: chat.id, title: "New name" });
+    expect($("conversation-item")?.textContent).toContain("New name");
+  });
+
+  it("deletes a chat only after confirmation", async () => {
+    const chat = backend.addConversation("Doomed");
+    await mount();
+    click($("delete"));
+    await settle();
+    expect($("delete-dialog")?.textContent).toContain("Delete “Doomed”?");
+    click($("confirm-cancel"));
+    await settle();
+    expect(callsOf("delete_conversation")).toHaveLength(0);
+
+    click($("delete"));
+    await settle();
+    click($("confirm-ok"));
+    await settle();
+    expect(callsOf("delete_conversation").at(-1)?.args).toEqual({ id: chat.id });
+    expect($$("conversation-item")).toHaveLength(0);
+  });
+
+  it("searches and shows hits with the matched runs highlighted, as text", async () => {
+    const chat = backend.addConversation("Cooking", [
+      message({ id: "u1", conversationId: "", role: "user", text: "pasta?" }),
+      message({ id: "a1", conversationId: "", role: "assistant", text: "Boil the pasta." }),
+    ]);
+    backend.hits = [
+      {
+        conversationId: chat.id,
+        title: "Cooking",
+        messageId: "a1",
+        snippet: [
+          { text: "Boil the ", matched: false },
+          { text: "pasta", matched: true },
+          { text: " <img src=x onerror=alert(1)>", matched: false },
+        ],
+      },
+    ];
+    await mount();
+    const search = $("search") as HTMLInputElement;
+    search.value = "pasta";
+    search.dispatchEvent(new Event("input", { bubbles: true }));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    await settle();
+    expect(callsOf("search_conversations").at(-1)?.args).toEqual({ query: "pasta" });
+    const hit = $("search-hit");
+    expect(hit?.querySelector("mark")?.textContent).toBe("pasta");
+    expect(hit?.querySelector("img")).toBeNull();
+    expect(hit?.textContent).toContain("<img src=x onerror=alert(1)>");
+    click(hit?.querySelector("button") ?? null);
+    await settle();
+    expect(messages()).toHaveLength(2);
+  });
+});
+
+describe("sending and streaming", () => {
+  it("sends on Enter, streams coalesced deltas, and shows stats when done", async () => {
+    await mount();
+    const sent = await sendText("Hello there");
+    expect(callsOf("send_message").at(-1)?.args).toEqual({ request: { conversationId: null, text: "Hello there", attachmentIds: [] } });
+    expect(composer().value).toBe("");
+    expect($("stop")?.hidden).toBe(false);
+    expect($("send")?.hidden).toBe(true);
+    expect($("conversation-item")?.classList.contains("generating")).toBe(true);
+
+    frames.length = 0;
+    for (const word of ["Hi", " there", ",", " how", " can", " I", " help?"]) backend.delta(sent, word, 1);
+    const answer = messages()[1] as HTMLElement;
+    expect(answer.dataset.status).toBe("streaming");
+    expect(frames).toHaveLength(1);
+    expect(runFrames()).toBe(1);
+    expect(answer.querySelector(".message-body")?.textContent?.trim()).toBe("Hi there, how can I help?");
+
+    backend.done(sent, { promptTokens: 1000, generatedTokens: 24 });
+    expect(answer.dataset.status).toBe("complete");
+    const stats = answer.querySelector('[data-testid="answer-stats"]')?.textContent ?? "";
+    expect(stats).toContain("31.4 tok/s");
+    expect(stats).toContain("420 ms to first token");
+    expect(stats).toContain("24 tokens");
+    expect(stats).toContain("Context 1,024 / 8,192 (13%)");
+    expect($("send")?.hidden).toBe(false);
+    expect($("conversation-item")?.classList.contains("generating")).toBe(false);
+  });
+
+  it("never renders a delta for another conversation into the open one", async () => {
+    const other = backend.addConversation("Other");
+    await mount();
+    const sent = await sendText("Question");
+    const answer = messages()[1] as HTMLElement;
+    backend.event({ type: "delta", generationId: 99, conversationId: other.id, messageId: "elsewhere", delta: "WRONG", tokenCount: 1 });
+    backend.delta(sent, "right", 1);
+    runFrames();
+    expect(root.querySelector(".messages")?.textContent).not.toContain("WRONG");
+    expect(answer.textContent).toContain("right");
+    expect(root.querySelector(`[data-conversation-id="${other.id}"]`)?.classList.contains("generating")).toBe(true);
+  });
+
+  it("keeps streaming in the background and shows the full text when reopened", async () => {
+    const first = backend.addConversation("First");
+    await mount();
+    const sent = await sendText("Tell me a story");
+    backend.delta(sent, "Once", 1);
+    click(root.querySelector(`[data-conversation-id="${first.id}"] .item-button`));
+    await settle();
+    backend.delta(sent, " upon a time", 4);
+    runFrames();
+    expect(root.querySelector(".messages")?.textContent).not.toContain("upon");
+    click(root.querySelector(`[data-conversation-id="${sent.conversation.id}"] .item-button`));
+    await settle();
+    expect(messages()[1]?.textContent).toContain("Once upon a time");
+  });
+
+  it("handles deltas that arrive before the send command answers", async () => {
+    let release: () => void = () => {};
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    handle("send_message", async () => {
+      await gate;
+      return backend.lastSent;
+    });
+    await mount();
+    // Prepare a generation the backend "started" and emit tokens before the reply.
+    const chat = backend.addConversation("Early");
+    const sent: Sent = {
+      conversation: backend.list().find((c) => c.id === chat.id)!,
+      userMessage: message({ id: "u9", conversationId: chat.id, role: "user", text: "Hi", position: 0 }),
+      assistantMessageId: "a9",
+      generationId: 42,
+    };
+    backend.sent.push(sent);
+    await type("Hi");
+    press(composer(), "Enter");
+    await settle();
+    backend.delta(sent, "Early ", 1);
+    backend.delta(sent, "bird", 2);
+    release();
+    await settle();
+    runFrames();
+    expect(messages()[1]?.textContent).toContain("Early bird");
+    backend.done(sent);
+    expect(messages()[1]?.dataset.status).toBe("complete");
+    expect(messages()[1]?.textContent).toContain("Early bird");
+  });
+
+  it("stops with Esc and marks the partial answer as stopped", async () => {
+    await mount();
+    const sent = await sendText("Count to 100");
+    backend.delta(sent, "1, 2, 3", 5);
+    runFrames();
+    press(document.body, "Escape");
+    await settle();
+    expect(callsOf("stop_generation").at(-1)?.args).toEqual({ generationId: sent.generationId });
+    backend.done(sent, { stopReason: "cancelled", generatedTokens: 5 });
+    const answer = messages()[1] as HTMLElement;
+    expect(answer.dataset.status).toBe("stopped");
+    expect(answer.textContent).toContain("1, 2, 3");
+    expect(answer.querySelector('[data-testid="answer-stats"]')?.textContent).toContain("Stopped");
+  });
+
+  it("stops with the Stop button", async () => {
+    await mount();
+    const sent = await sendText("Go");
+    click($("stop"));
+    await settle();
+    expect(callsOf("stop_generation").at(-1)?.args).toEqual({ generationId: sent.generationId });
+  });
+
+  it("shows a failed answer's error under it", async () => {
+    await mount();
+    const sent = await sendText("Go");
+    backend.event({ type: "error", generationId: sent.generationId, conversationId: sent.conversation.id, messageId: sent.assistantMessageId, error: { kind: "internal", message: "Metal ran out of memory" } });
+    const answer = messages()[1] as HTMLElement;
+    expect(answer.dataset.status).toBe("error");
+    expect(answer.querySelector('[data-testid="answer-stats"]')?.textContent).toContain("Metal ran out of memory");
+  });
+
+  it("shows a context notice when the conversation no longer fits", async () => {
+    await mount();
+    const sent = await sendText("Long");
+    expect($("context-notice")).toBeNull();
+    backend.event({
+      type: "error",
+      generationId: sent.generationId,
+      conversationId: sent.conversation.id,
+      messageId: sent.assistantMessageId,
+      error: { kind: "contextFull", message: "The conversation needs 9,000 tokens but the context holds 8,192." },
+    });
+    const notice = $("context-notice");
+    expect(notice?.getAttribute("role")).toBe("alert");
+    expect(notice?.textContent).toContain("no longer fits in the context window");
+    expect(notice?.textContent).toContain("9,000 tokens");
+    click([...(notice?.querySelectorAll("button") ?? [])].find((b) => b.textContent === "Context Length…") ?? null);
+    await settle();
+    expect(($("settings-dialog") as HTMLDialogElement).open).toBe(true);
+  });
+
+  it("shows the context notice when sending is refused because the context is full", async () => {
+    const chat = backend.addConversation("Full", [message({ id: "u1", conversationId: "", role: "user", text: "a" })]);
+    handle("send_message", () => {
+      throw { kind: "contextFull", message: "This message does not fit." };
+    });
+    await mount();
+    click(root.querySelector(`[data-conversation-id="${chat.id}"] .item-button`));
+    await settle();
+    await sendText("more").catch(() => undefined);
+    expect($("context-notice")?.textContent).toContain("This message does not fit.");
+    expect(composer().value).toBe("more");
+    click([...($("context-notice")?.querySelectorAll("button") ?? [])].find((b) => b.textContent === "New Chat") ?? null);
+    expect($("context-notice")).toBeNull();
+    expect(messages()).toHaveLength(0);
+  });
+
+  it("regenerates the last answer", async () => {
+    await mount();
+    const first = await sendText("Joke please");
+    backend.delta(first, "Knock knock", 2);
+    backend.done(first);
+    click($("regenerate"));
+    await settle();
+    expect(callsOf("regenerate").at(-1)?.args).toEqual({ conversationId: first.conversation.id });
+    const second = backend.lastSent;
+    expect(messages()).toHaveLength(2);
+    expect(messages()[1]?.dataset.status).toBe("streaming");
+    backend.delta(second, "Why did", 2);
+    runFrames();
+    expect(messages()[1]?.textContent).toContain("Why did");
+    expect(messages()[1]?.textContent).not.toContain("Knock");
+  });
+
+  it("edits a user message and answers again", async () => {
+    await mount();
+    const first = await sendText("Capital of Frnace?");
+    backend.done(first);
+    click(messages()[0]?.querySelector('[data-testid="edit"]') ?? null);
+    const field = root.querySelector<HTMLTextAreaElement>('[data-testid="edit-field"]');
+    expect(field?.value).toBe("Capital of Frnace?");
+    field!.value = "Capital of France?";
+    press(field!, "Enter");
+    await settle();
+    expect(callsOf("edit_message").at(-1)?.args).toEqual({ conversationId: first.conversation.id, messageId: first.userMessage.id, text: "Capital of France?" });
+    expect(messages()[0]?.textContent).toContain("Capital of France?");
+    expect(messages()[1]?.dataset.status).toBe("streaming");
+  });
+
+  it("disables regenerate and edit while an answer is generating", async () => {
+    await mount();
+    const sent = await sendText("Go");
+    expect((messages()[0]?.querySelector('[data-testid="edit"]') as HTMLButtonElement).disabled).toBe(true);
+    backend.done(sent);
+    expect((messages()[0]?.querySelector('[data-testid="edit"]') as HTMLButtonElement).disabled).toBe(false);
+    expect(($("regenerate") as HTMLButtonElement).disabled).toBe(false);
+  });
+
+  it("shows the thought channel collapsed, apart from the answer", async () => {
+    await mount();
+    const sent = await sendText("Think");
+    backend.delta(sent, "<|channel>thought\nThe user wants", 3);
+    runFrames();
+    const answer = messages()[1] as HTMLElement;
+    const thinking = answer.querySelector("details.thinking") as HTMLDetailsElement;
+    expect(thinking.open).toBe(false);
+    expect(thinking.querySelector("summary")?.textContent).toBe("Thinking…");
+    backend.delta(sent, " a greeting.<channel|>Hello!", 6);
+    runFrames();
+    expect(thinking.querySelector("summary")?.textContent).toBe("Thought process");
+    expect(answer.querySelector(".message-body")?.textContent?.trim()).toBe("Hello!");
+    expect(answer.textContent).not.toContain("<|channel>");
+  });
+});
+
+describe("links in answers", () => {
+  it("asks before opening a link, then opens it in the browser", async () => {
+    await mount();
+    const sent = await sendText("Link?");
+    backend.delta(sent, "See [the docs](https://example.com/docs).", 5);
+    backend.done(sent);
+    const link = messages()[1]?.querySelector("a") as HTMLAnchorElement;
+    const event = new MouseEvent("click", { bubbles: true, cancelable: true });
+    link.dispatchEvent(event);
+    expect(event.defaultPrevented).toBe(true);
+    await settle();
+    expect($("link-dialog")?.textContent).toContain("https://example.com/docs");
+    expect(callsOf("open_link")).toHaveLength(0);
+    click($("confirm-ok"));
+    await settle();
+    expect(callsOf("open_link").at(-1)?.args).toEqual({ url: "https://example.com/docs" });
+  });
+
+  it("does nothing when the user declines", async () => {
+    await mount();
+    const sent = await sendText("Link?");
+    backend.delta(sent, "https://example.com", 5);
+    backend.done(sent);
+    click(messages()[1]?.querySelector("a") ?? null);
+    await settle();
+    click($("confirm-cancel"));
+    await settle();
+    expect(callsOf("open_link")).toHaveLength(0);
+    expect($("link-dialog")).toBeNull();
+  });
+});
+
+describe("attachments", () => {
+  const image = { id: "p1", name: "cat.png", mime: "image/png", width: 640, height: 480, byteSize: 12_000, thumbnail: "data:image/png;base64,AAAA" };
+
+  it("shows a drop overlay while files hover and adds dropped images", async () => {
+    await mount();
+    expect($("drop-overlay")?.hidden).toBe(true);
+    emit("drop", { type: "hover", active: true });
+    expect($("drop-overlay")?.hidden).toBe(false);
+    emit("drop", { type: "added", attachments: [image], errors: ["notes.pdf is not an image"] });
+    expect($("drop-overlay")?.hidden).toBe(true);
+    expect($$("pending-attachment")).toHaveLength(1);
+    expect($("pending-attachment")?.querySelector("img")?.getAttribute("src")).toBe(image.thumbnail);
+    expect($("toasts")?.textContent).toContain("notes.pdf is not an image");
+  });
+
+  it("removes an attachment before sending", async () => {
+    await mount();
+    emit("drop", { type: "added", attachments: [image], errors: [] });
+    click($("pending-attachment")?.querySelector("button") ?? null);
+    await settle();
+    expect($$("pending-attachment")).toHaveLength(0);
+    expect(callsOf("remove_pending_attachment").at(-1)?.args).toEqual({ id: "p1" });
+  });
+
+  it("sends attachments with the message and shows them in the history", async () => {
+    await mount();
+    handle("pick_images", () => [image]);
+    click($("attach"));
+    await settle();
+    expect($$("pending-attachment")).toHaveLength(1);
+    await sendText("What is this?");
+    expect(callsOf("send_message").at(-1)?.args).toEqual({ request: { conversationId: null, text: "What is this?", attachmentIds: ["p1"] } });
+    expect($$("pending-attachment")).toHaveLength(0);
+    await settle();
+    const shown = messages()[0]?.querySelector<HTMLImageElement>('[data-testid="message-attachment"]');
+    expect(shown?.getAttribute("src")).toBe("data:image/png;base64,a-p1");
+    expect(callsOf("attachment_thumbnail").at(-1)?.args).toEqual({ attachmentId: "a-p1" });
+  });
+
+  it("sends pasted images to the backend as raw bytes", async () => {
+    handle("add_pasted_image", () => image);
+    await mount();
+    const file = new File([new Uint8Array([137, 80, 78, 71])], "clip.png", { type: "image/png" });
+    const paste = new Event("paste", { bubbles: true, cancelable: true }) as ClipboardEvent;
+    Object.defineProperty(paste, "clipboardData", { value: { files: [file] } });
+    composer().dispatchEvent(paste);
+    expect(paste.defaultPrevented).toBe(true);
+    await settle();
+    const call = callsOf("add_pasted_image").at(-1);
+    expect([...(call?.args as unknown as Uint8Array)]).toEqual([137, 80, 78, 71]);
+    expect(call?.options).toEqual({ headers: { "x-file-name": "clip.png" } });
+    expect($$("pending-attachment")).toHaveLength(1);
+  });
+});
+
+describe("settings", () => {
+  it("opens with Cmd+, and saves valid settings", async () => {
+    await mount();
+    press(document.body, ",", { metaKey: true });
+    await settle();
+    const dialog = $("settings-dialog") as HTMLDialogElement;
+    expect(dialog.open).toBe(true);
+    const temperature = $("setting-temperature") as HTMLInputElement;
+    expect(temperature.value).toBe("1");
+    temperature.value = "0.7";
+    ($("setting-thinking") as HTMLInputElement).checked = true;
+    click($("settings-save"));
+    await settle();
+    expect(callsOf("save_settings").at(-1)?.args).toEqual({ settings: { ...backend.settings, temperature: 0.7, thinking: true } });
+    expect(dialog.open).toBe(false);
+  });
+
+  it("refuses invalid values with a message next to the field", async () => {
+    await mount();
+    click($("settings"));
+    await settle();
+    const topP = $("setting-topP") as HTMLInputElement;
+    topP.value = "3";
+    ($("setting-maxTokens") as HTMLInputElement).value = "1.5";
+    click($("settings-save"));
+    await settle();
+    expect(callsOf("save_settings")).toHaveLength(0);
+    expect(topP.getAttribute("aria-invalid")).toBe("true");
+    const describedBy = topP.getAttribute("aria-describedby")?.split(" ") ?? [];
+    const messagesText = describedBy.map((id) => root.querySelector(`#${id}`)?.textContent).join(" ");
+    expect(messagesText).toContain("Top P must be between 0.01 and 1.");
+    expect(root.textContent).toContain("Maximum answer length must be a whole number.");
+    expect(document.activeElement).toBe(topP);
+  });
+
+  it("shows the backend's validation error", async () => {
+    handle("save_settings", () => {
+      throw { kind: "invalidInput", message: "Context length exceeds what this model supports." };
+    });
+    await mount();
+    click($("settings"));
+    await settle();
+    click($("settings-save"));
+    await settle();
+    expect(($("settings-dialog") as HTMLDialogElement).open).toBe(true);
+    expect(root.querySelector(".form-error")?.textContent).toBe("Context length exceeds what this model supports.");
+  });
+});
+
+describe("keyboard", () => {
+  it("starts a new chat with Cmd+N", async () => {
+    const chat = backend.addConversation("Open", [message({ id: "u1", conversationId: "", role: "user", text: "hi" })]);
+    await mount();
+    click(root.querySelector(`[data-conversation-id="${chat.id}"] .item-button`));
+    await settle();
+    expect(messages()).toHaveLength(1);
+    const event = press(document.body, "n", { metaKey: true });
+    expect(event.defaultPrevented).toBe(true);
+    expect(messages()).toHaveLength(0);
+    expect(document.activeElement).toBe(composer());
+  });
+
+  it("does not send while generating; Enter in the composer is ignored then", async () => {
+    await mount();
+    await sendText("one");
+    await type("two");
+    press(composer(), "Enter");
+    await settle();
+    expect(callsOf("send_message")).toHaveLength(1);
+    expect(composer().value).toBe("two");
   });
 });

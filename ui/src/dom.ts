@@ -1,7 +1,7 @@
 /** A tiny element builder. Strings always become text nodes, never HTML. */
 
 type Attributes = Record<string, string | boolean | undefined>;
-type Child = Node | string | null | undefined | false;
+export type Child = Node | string | null | undefined | false;
 
 export function el<K extends keyof HTMLElementTagNameMap>(
   tag: K,
@@ -18,4 +18,17 @@ export function el<K extends keyof HTMLElementTagNameMap>(
     element.append(child);
   }
   return element;
+}
+
+/** A button that shows only an icon: the label goes to assistive tech and the tooltip. */
+export function iconButton(label: string, icon: SVGElement, attributes: Attributes = {}): HTMLButtonElement {
+  return el("button", { type: "button", class: "icon-button", "aria-label": label, title: label, ...attributes }, icon);
+}
+
+let nextId = 0;
+
+/** A document-unique id for label/description wiring. */
+export function uniqueId(prefix: string): string {
+  nextId += 1;
+  return `${prefix}-${nextId}`;
 }

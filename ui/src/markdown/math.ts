@@ -36,13 +36,13 @@ export function mathPlugin(md: MarkdownIt): void {
   md.renderer.rules.math_inline = (tokens, idx, _options, env) => {
     const token = tokens[idx];
     if (!token) return "";
-    env[HAS_MATH] = true;
+    if (env) env[HAS_MATH] = true;
     return renderMath(token.content, token.info === "display", token.markup);
   };
   md.renderer.rules.math_block = (tokens, idx, _options, env) => {
     const token = tokens[idx];
     if (!token) return "";
-    env[HAS_MATH] = true;
+    if (env) env[HAS_MATH] = true;
     return `<div class="math-display">${renderMath(token.content, true, token.markup)}</div>\n`;
   };
 }

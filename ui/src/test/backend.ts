@@ -1,0 +1,186 @@
+/** A small in-memory backend behind the fake Tauri bridge, shaped like the real commands. */
+import type {
+  AppStatus,
+  Conversation,
+  ConversationSummary,
+  GenerationEvent,
+  Message,
+  ModelState,
+  SearchHit,
+  Sent,
+  Settings,
+  Usage,
+} from "../api";
+import { emit, handle } from "./fake-tauri";
+
+export const READY: ModelState = { state: "ready", name: "Gemma 4 E4B", dir: "/models/gemma-4-e4b", contextWindow: 8192, vision: true };
+
+export const SETTINGS: Settings = {
+  systemPrompt: "",
+  temperature: 1,
+  topP: 0.95,
+  topK: 64,
+  maxTokens: 2048,
+  contextLength: 8192,
+  thinking: false,
+  imageTokenBudget: 280,
+};
+
+export function message(partial: Partial<Message> & Pick<Message, "id" | "conversationId" | "role" | "text">): Message {
+  return { position: 0, status: "complete", error: null, usage: null, createdAt: Date.now(), attachments: [], ...partial };
+}
+
+export function usage(partial: Partial<Usage> = {}): Usage {
+  return {
+    promptTokens: 100,
+    reusedTokens: 0,
+    generatedTokens: 50,
+    timeToFirstTokenMs: 420,
+    prefillTokensPerSecond: 900,
+    decodeTokensPerSecond: 31.4,
+    stopReason: "endOfTurn",
+    ...partial,
+  };
+}
+
+export class FakeBackend {
+  status: AppStatus = { version: "0.1.0", modelsDir: "/Users/ada/Models", platform: "macos", model: READY };
+  settings: Settings = { ...SETTINGS };
+  conversations = new Map<string, Conversation>();
+  hits: SearchHit[] = [];
+  /** Every generation started, oldest first. */
+  readonly sent: Sent[] = [];
+  private nextGeneration = 1;
+  private nextId = 1;
+
+  constructor() {
+    handle("app_status", () => this.status);
+    handle("list_conversations", () => this.list());
+    handle("get_conversation", ({ id }) => {
+      const conversation = this.conversations.get(id as string);
+      if (!conversation) throw { kind: "notFound", message: "That chat no longer exists." };
+      return structuredClone(conversation);
+    });
+    handle("rename_conversation", ({ id, title }) => {
+      const conversation = this.conversations.get(id as string);
+      if (conversation) conversation.title = title as string;
+    });
+    handle("delete_conversation", ({ id }) => {
+      this.conversations.delete(id as string);
+    });
+    handle("search_conversations", () => this.hits);
+    handle("send_message", ({ request }) => this.send(request as { conversationId: string | null; text: string; attachmentIds: string[] }));
+    handle("regenerate", ({ conversationId }) => this.regenerate(conversationId as string));
+    handle("edit_message", ({ conversationId, messageId, text }) => this.edit(conversationId as string, messageId as string, text as string));
+    handle("stop_generation", () => true);
+    handle("get_settings", () => ({ ...this.settings }));
+    handle("save_settings", ({ settings }) => {
+      this.settings = { ...(settings as Settings) };
+      return { ...this.settings };
+    });
+    handle("memory_usage", () => ({ residentBytes: 3_400_000_000, mlxActiveBytes: 2_900_000_000, mlxPeakBytes: 3_100_000_000 }));
+    handle("attachment_thumbnail", ({ attachmentId }) => `data:image/png;base64,${String(attachmentId)}`);
+    handle("remove_pending_attachment", () => undefined);
+    handle("open_link", () => undefined);
+    handle("pick_images", () => []);
+  }
+
+  addConversation(title: string, messages: Omit<Message, "conversationId" | "position">[] = [], updatedAt = Date.now()): Conversation {
+    const id = `c${this.nextId++}`;
+    const conversation: Conversation = {
+      id,
+      title,
+      model: "Gemma 4 E4B",
+      pinned: false,
+      createdAt: updatedAt,
+      updatedAt,
+      messages: messages.map((m, position) => ({ ...m, conversationId: id, position })),
+    };
+    this.conversations.set(id, conversation);
+    return conversation;
+  }
+
+  list(): ConversationSummary[] {
+    return [...this.conversations.values()]
+      .sort((a, b) => b.updatedAt - a.updatedAt)
+      .map((c) => ({
+        id: c.id,
+        title: c.title,
+        model: c.model,
+        pinned: c.pinned,
+        createdAt: c.createdAt,
+        updatedAt: c.updatedAt,
+        messageCount: c.messages.length,
+        preview: c.messages.at(-1)?.text ?? null,
+      }));
+  }
+
+  /** Sends generation events the way the engine does: deltas, then done. */
+  get lastSent(): Sent {
+    const sent = this.sent.at(-1);
+    if (!sent) throw new Error("nothing was sent");
+    return sent;
+  }
+
+  delta(sent: Sent, delta: string, tokenCount: number): void {
+    this.event({ type: "delta", generationId: sent.generationId, conversationId: sent.conversation.id, messageId: sent.assistantMessageId, delta, tokenCount });
+  }
+
+  done(sent: Sent, partial: Partial<Usage> = {}, contextWindow = 8192): void {
+    this.event({ type: "done", generationId: sent.generationId, conversationId: sent.conversation.id, messageId: sent.assistantMessageId, usage: usage(partial), contextWindow });
+  }
+
+  event(event: GenerationEvent): void {
+    emit("generation", event);
+  }
+
+  private summary(conversation: Conversation): ConversationSummary {
+    return this.list().find((c) => c.id === conversation.id) as ConversationSummary;
+  }
+
+  private send(request: { conversationId: string | null; text: string; attachmentIds: string[] }): Sent {
+    const conversation = request.conversationId
+      ? this.conversations.get(request.conversationId)
+      : this.addConversation(request.text.slice(0, 40) || "New Chat");
+    if (!conversation) throw { kind: "notFound", message: "That chat no longer exists." };
+    const user = message({
+      id: `m${this.nextId++}`,
+      conversationId: conversation.id,
+      position: conversation.messages.length,
+      role: "user",
+      text: request.text,
+      attachments: request.attachmentIds.map((id) => ({ id: `a-${id}`, hash: "h", mime: "image/png", width: 64, height: 48, byteSize: 100, fileName: "x.png" })),
+    });
+    conversation.messages.push(user);
+    return this.answer(conversation, user);
+  }
+
+  private regenerate(conversationId: string): Sent {
+    const conversation = this.conversations.get(conversationId);
+    if (!conversation) throw { kind: "notFound", message: "That chat no longer exists." };
+    while (conversation.messages.at(-1)?.role === "assistant") conversation.messages.pop();
+    const user = conversation.messages.at(-1) as Message;
+    return this.answer(conversation, user);
+  }
+
+  private edit(conversationId: string, messageId: string, text: string): Sent {
+    const conversation = this.conversations.get(conversationId);
+    const index = conversation?.messages.findIndex((m) => m.id === messageId) ?? -1;
+    if (!conversation || index < 0) throw { kind: "notFound", message: "That message no longer exists." };
+    conversation.messages = conversation.messages.slice(0, index + 1);
+    const user = { ...(conversation.messages[index] as Message), text };
+    conversation.messages[index] = user;
+    return this.answer(conversation, user);
+  }
+
+  private answer(conversation: Conversation, user: Message): Sent {
+    const assistantMessageId = `m${this.nextId++}`;
+    conversation.messages.push(
+      message({ id: assistantMessageId, conversationId: conversation.id, position: user.position + 1, role: "assistant", text: "", status: "streaming" }),
+    );
+    conversation.updatedAt = Date.now();
+    const sent = { conversation: this.summary(conversation), userMessage: user, assistantMessageId, generationId: this.nextGeneration++ };
+    this.sent.push(sent);
+    return sent;
+  }
+}

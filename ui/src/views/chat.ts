@@ -1,0 +1,158 @@
+/** The open conversation: its title, messages, the context notice and the composer. */
+import type { Message } from "../api";
+import { el } from "../dom";
+import { icon } from "../icons";
+import { MessageView, type MessageActions, type MessageFlags } from "./message";
+
+export interface ChatContext {
+  /** No answer is being generated anywhere. */
+  idle: boolean;
+  contextWindow: number | null;
+  /** Live token counts by message id. */
+  tokenCounts: Map<string, number>;
+}
+
+export interface ContextNotice {
+  message: string;
+  newChat(): void;
+  openSettings(): void;
+}
+
+export class ChatView {
+  readonly element: HTMLElement;
+  private readonly title = el("h1", { class: "chat-title", id: "chat-title" });
+  private readonly scroller = el("div", { class: "chat-scroll", tabindex: "-1" });
+  private readonly list = el("div", { class: "messages" });
+  private readonly empty: HTMLElement;
+  private readonly notice = el("div", { class: "context-notice-slot" });
+  private readonly jump = el("button", { type: "button", class: "jump-to-latest", hidden: true }, icon("chevronDown"), "Latest");
+  private readonly views = new Map<string, MessageView>();
+  private messages: Message[] = [];
+  private stickToBottom = true;
+
+  constructor(
+    composer: HTMLElement,
+    private readonly actions: MessageActions,
+    emptyState: HTMLElement,
+  ) {
+    this.empty = emptyState;
+    this.scroller.append(this.list);
+    this.scroller.addEventListener("scroll", () => {
+      this.stickToBottom = this.distanceFromBottom() < 40;
+      this.jump.hidden = this.stickToBottom;
+    });
+    this.jump.addEventListener("click", () => this.scrollToBottom(true));
+    this.element = el(
+      "section",
+      { class: "chat", "aria-labelledby": "chat-title" },
+      el("header", { class: "chat-header" }, this.title),
+      this.scroller,
+      el("div", { class: "chat-bottom" }, this.jump, this.notice, composer),
+    );
+  }
+
+  setTitle(title: string | null): void {
+    this.title.textContent = title ?? "New Chat";
+  }
+
+  /** Shows `messages`, reusing the views of messages already on screen. */
+  setMessages(messages: Message[], context: ChatContext): void {
+    this.messages = messages;
+    const visible = messages.filter((message) => message.role !== "system");
+    const lastAnswer = [...visible].reverse().find((message) => message.role === "assistant");
+    const keep = new Set(visible.map((message) => message.id));
+    for (const [id, view] of this.views) {
+      if (!keep.has(id)) {
+        view.element.remove();
+        this.views.delete(id);
+      }
+    }
+    const wasAtBottom = this.stickToBottom;
+    let previous: Element | null = null;
+    for (const message of visible) {
+      const flags: MessageFlags = {
+        idle: context.idle,
+        lastAnswer: message === lastAnswer && message === visible[visible.length - 1],
+        contextWindow: context.contextWindow,
+        tokenCount: context.tokenCounts.get(message.id) ?? 0,
+      };
+      let view = this.views.get(message.id);
+      if (view) view.update(message, flags);
+      else {
+        view = new MessageView(message, flags, this.actions);
+        this.views.set(message.id, view);
+      }
+      const expected: Element | null = previous ? previous.nextElementSibling : this.list.firstElementChild;
+      if (expected !== view.element) {
+        if (previous) previous.after(view.element);
+        else this.list.prepend(view.element);
+      }
+      previous = view.element;
+    }
+    if (visible.length === 0) this.list.replaceChildren(this.empty);
+    else this.empty.remove();
+    if (wasAtBottom) this.scrollToBottom(false);
+  }
+
+  /** Shows streamed text for one message; false when that message is not on screen. */
+  stream(messageId: string, text: string, tokenCount: number): boolean {
+    const view = this.views.get(messageId);
+    if (!view) return false;
+    const wasAtBottom = this.stickToBottom;
+    view.stream(text, tokenCount);
+    if (wasAtBottom) this.scrollToBottom(false);
+    return true;
+  }
+
+  has(messageId: string): boolean {
+    return this.views.has(messageId);
+  }
+
+  current(): Message[] {
+    return this.messages;
+  }
+
+  setNotice(notice: ContextNotice | null): void {
+    if (!notice) {
+      this.notice.replaceChildren();
+      return;
+    }
+    const newChat = el("button", { type: "button", class: "primary" }, "New Chat");
+    newChat.addEventListener("click", () => notice.newChat());
+    const settings = el("button", { type: "button" }, "Context Length…");
+    settings.addEventListener("click", () => notice.openSettings());
+    this.notice.replaceChildren(
+      el(
+        "div",
+        { class: "context-notice", role: "alert", "data-testid": "context-notice" },
+        icon("warning"),
+        el(
+          "div",
+          { class: "context-notice-text" },
+          el("strong", {}, "This conversation no longer fits in the context window."),
+          el("p", {}, notice.message),
+        ),
+        el("div", { class: "context-notice-actions" }, newChat, settings),
+      ),
+    );
+  }
+
+  /** Scrolls a message into view and highlights it briefly (search results). */
+  reveal(messageId: string): void {
+    const view = this.views.get(messageId);
+    if (!view) return;
+    view.element.scrollIntoView?.({ block: "center" });
+    view.element.classList.add("found");
+    window.setTimeout(() => view.element.classList.remove("found"), 2000);
+  }
+
+  scrollToBottom(smooth: boolean): void {
+    this.stickToBottom = true;
+    this.jump.hidden = true;
+    this.scroller.scrollTo?.({ top: this.scroller.scrollHeight, behavior: smooth ? "smooth" : "auto" });
+  }
+
+  private distanceFromBottom(): number {
+    return this.scroller.scrollHeight - this.scroller.scrollTop - this.scroller.clientHeight;
+  }
+}

@@ -1,0 +1,286 @@
+/** One message in the conversation: its text, attachments, stats and actions. */
+import type { Attachment, Message, Usage } from "../api";
+import { copyText } from "../clipboard";
+import { el, iconButton } from "../dom";
+import { formatInteger, formatMilliseconds, formatRate } from "../format";
+import { icon } from "../icons";
+import { announce } from "../live";
+import { loadMath } from "../markdown/math";
+import { needsMath, renderMarkdown } from "../markdown/render";
+import { splitThinking } from "../markdown/thinking";
+
+export interface MessageActions {
+  regenerate(message: Message): void;
+  /** Replaces a user message's text and answers again. */
+  edit(message: Message, text: string): void;
+  stop(message: Message): void;
+  /** A `data:` URL for an attachment's thumbnail. */
+  thumbnail(attachment: Attachment): Promise<string>;
+}
+
+/** What a message shows beyond its own data. */
+export interface MessageFlags {
+  /** No answer is being generated: edit and regenerate are possible. */
+  idle: boolean;
+  /** This is the conversation's last answer (the one regenerate replaces). */
+  lastAnswer: boolean;
+  /** Tokens the model can hold, for "context used". */
+  contextWindow: number | null;
+  /** Tokens generated so far while streaming. */
+  tokenCount: number;
+}
+
+const ROLE_LABEL = { user: "You", assistant: "Gemma", system: "System" } as const;
+
+export class MessageView {
+  readonly element: HTMLElement;
+  private message: Message;
+  private flags: MessageFlags;
+  private readonly bubble = el("div", { class: "bubble" });
+  private readonly body = el("div", { class: "message-body" });
+  private readonly footer = el("div", { class: "message-footer" });
+  private thinking: HTMLDetailsElement | null = null;
+  private editing = false;
+
+  constructor(
+    message: Message,
+    flags: MessageFlags,
+    private readonly actions: MessageActions,
+  ) {
+    this.message = message;
+    this.flags = flags;
+    this.element = el(
+      "article",
+      { class: `message ${message.role}`, "data-testid": "message", "aria-label": ROLE_LABEL[message.role] },
+      el("h3", { class: "visually-hidden" }, ROLE_LABEL[message.role]),
+      this.bubble,
+      this.footer,
+    );
+    this.element.dataset.messageId = message.id;
+    this.renderAll();
+  }
+
+  get id(): string {
+    return this.message.id;
+  }
+
+  /** Re-renders when the message or what it shows has changed. */
+  update(message: Message, flags: MessageFlags): void {
+    const textChanged = message.text !== this.message.text || message.status !== this.message.status;
+    const changed =
+      message !== this.message ||
+      flags.idle !== this.flags.idle ||
+      flags.lastAnswer !== this.flags.lastAnswer ||
+      flags.contextWindow !== this.flags.contextWindow;
+    this.message = message;
+    this.flags = flags;
+    if (!changed || this.editing) return;
+    if (textChanged || message.attachments.length !== this.bubble.querySelectorAll("img").length) this.renderAll();
+    else this.renderFooter();
+  }
+
+  /** Shows streamed text; called at most once per frame. */
+  stream(text: string, tokenCount: number): void {
+    this.message = { ...this.message, text, status: "streaming" };
+    this.flags = { ...this.flags, tokenCount };
+    this.renderContent();
+    this.renderFooter();
+  }
+
+  private renderAll(): void {
+    this.element.dataset.role = this.message.role;
+    this.element.dataset.status = this.message.status;
+    this.bubble.replaceChildren();
+    if (this.message.attachments.length > 0) this.bubble.append(this.attachments());
+    this.bubble.append(this.body);
+    this.renderContent();
+    this.renderFooter();
+  }
+
+  private attachments(): HTMLElement {
+    const list = el("div", { class: "message-attachments" });
+    for (const attachment of this.message.attachments) {
+      const size = attachment.width && attachment.height ? `, ${attachment.width} × ${attachment.height}` : "";
+      const image = el("img", { class: "message-attachment", "data-testid": "message-attachment", alt: `Attached image${size}` });
+      if (attachment.width && attachment.height) {
+        image.width = Math.min(160, attachment.width);
+        image.height = Math.round((image.width / attachment.width) * attachment.height);
+      }
+      void this.actions.thumbnail(attachment).then(
+        (url) => {
+          image.src = url;
+        },
+        () => {
+          image.alt = "Image unavailable";
+          image.classList.add("missing");
+        },
+      );
+      list.append(image);
+    }
+    return list;
+  }
+
+  private renderContent(): void {
+    const { role, text, status } = this.message;
+    this.element.dataset.status = status;
+    this.element.setAttribute("aria-busy", String(status === "streaming"));
+    if (role !== "assistant") {
+      this.body.className = "message-body plain";
+      this.body.textContent = text;
+      return;
+    }
+    const streaming = status === "streaming";
+    const { thinking, thinkingDone, answer } = splitThinking(text, streaming);
+    this.renderThinking(thinking, thinkingDone);
+    this.body.className = "message-body markdown";
+    if (streaming && !answer && !(thinking && !thinkingDone)) {
+      this.body.replaceChildren(el("span", { class: "typing", "aria-label": "Gemma is writing" }, el("span"), el("span"), el("span")));
+      return;
+    }
+    const rendered = renderMarkdown(answer);
+    this.body.replaceChildren(rendered.fragment);
+    if (needsMath(rendered)) {
+      void loadMath().then(() => {
+        if (this.element.isConnected && !this.editing) this.renderContent();
+      });
+    }
+  }
+
+  private renderThinking(thinking: string | null, done: boolean): void {
+    if (thinking === null || (done && !thinking)) {
+      this.thinking?.remove();
+      this.thinking = null;
+      return;
+    }
+    if (!this.thinking) {
+      this.thinking = el("details", { class: "thinking" }, el("summary"), el("div", { class: "thinking-body markdown" }));
+      this.bubble.insertBefore(this.thinking, this.body);
+    }
+    const summary = this.thinking.querySelector("summary");
+    if (summary) summary.textContent = done ? "Thought process" : "Thinking…";
+    this.thinking.classList.toggle("active", !done);
+    this.thinking.querySelector(".thinking-body")?.replaceChildren(renderMarkdown(thinking).fragment);
+  }
+
+  private renderFooter(): void {
+    const { role, status } = this.message;
+    const parts: HTMLElement[] = [];
+    if (role === "assistant") {
+      if (status === "streaming") {
+        const count = this.flags.tokenCount;
+        parts.push(el("span", { class: "streaming-note" }, count > 0 ? `Generating… ${formatInteger(count)} tokens` : "Generating…"));
+      } else {
+        const stats = answerStats(this.message, this.flags.contextWindow);
+        if (stats) parts.push(stats);
+      }
+    }
+    parts.push(this.actionBar());
+    this.footer.replaceChildren(...parts);
+  }
+
+  private actionBar(): HTMLElement {
+    const bar = el("div", { class: "message-actions" });
+    const { role, status } = this.message;
+    if (status === "streaming") {
+      const stop = iconButton("Stop generating", icon("stop"), { "data-testid": "message-stop" });
+      stop.addEventListener("click", () => this.actions.stop(this.message));
+      bar.append(stop);
+      return bar;
+    }
+    const copy = iconButton("Copy message", icon("copy"), { "data-testid": "copy" });
+    copy.addEventListener("click", () => {
+      const text = role === "assistant" ? splitThinking(this.message.text).answer : this.message.text;
+      void copyText(text).then((ok) => announce(ok ? "Message copied" : "Could not copy the message"));
+      copy.classList.add("done");
+      window.setTimeout(() => copy.classList.remove("done"), 1200);
+    });
+    bar.append(copy);
+    if (role === "user") {
+      const edit = iconButton("Edit and resend", icon("edit"), { "data-testid": "edit", disabled: !this.flags.idle });
+      edit.addEventListener("click", () => this.startEditing());
+      bar.append(edit);
+    }
+    if (role === "assistant" && this.flags.lastAnswer) {
+      const again = iconButton("Regenerate answer", icon("regenerate"), { "data-testid": "regenerate", disabled: !this.flags.idle });
+      again.addEventListener("click", () => this.actions.regenerate(this.message));
+      bar.append(again);
+    }
+    return bar;
+  }
+
+  private startEditing(): void {
+    if (this.editing) return;
+    this.editing = true;
+    this.element.classList.add("editing");
+    const field = el("textarea", { class: "edit-field", "aria-label": "Edit message", rows: "3", "data-testid": "edit-field" });
+    field.value = this.message.text;
+    const cancel = el("button", { type: "button" }, "Cancel");
+    const save = el("button", { type: "button", class: "primary", "data-testid": "edit-send" }, "Send");
+    const finish = (send: boolean) => {
+      const text = field.value;
+      this.editing = false;
+      this.element.classList.remove("editing");
+      this.renderAll();
+      if (send && text.trim() && text !== this.message.text) this.actions.edit(this.message, text);
+      this.element.querySelector<HTMLButtonElement>('[data-testid="edit"]')?.focus();
+    };
+    cancel.addEventListener("click", () => finish(false));
+    save.addEventListener("click", () => finish(true));
+    field.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") {
+        event.preventDefault();
+        event.stopPropagation();
+        finish(false);
+      } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        finish(true);
+      }
+    });
+    this.bubble.replaceChildren(field, el("div", { class: "edit-actions" }, cancel, save));
+    this.footer.replaceChildren();
+    field.focus();
+    field.setSelectionRange(field.value.length, field.value.length);
+  }
+}
+
+/** The line under an answer: speed, latency, size, context used, and how it ended. */
+export function answerStats(message: Message, contextWindow: number | null): HTMLElement | null {
+  const { usage, status, error } = message;
+  if (!usage && status === "complete") return null;
+  const stats = el("div", { class: "answer-stats", "data-testid": "answer-stats" });
+  if (usage) {
+    stats.append(
+      el("span", {}, formatRate(usage.decodeTokensPerSecond)),
+      el("span", {}, `${formatMilliseconds(usage.timeToFirstTokenMs)} to first token`),
+      el("span", {}, `${formatInteger(usage.generatedTokens)} tokens`),
+    );
+    const used = usage.promptTokens + usage.generatedTokens;
+    if (contextWindow) {
+      const percent = Math.min(100, Math.round((used / contextWindow) * 100));
+      stats.append(
+        el(
+          "span",
+          { class: percent >= 90 ? "context near-full" : "context" },
+          `Context ${formatInteger(used)} / ${formatInteger(contextWindow)} (${percent}%)`,
+        ),
+      );
+    } else {
+      stats.append(el("span", { class: "context" }, `Context ${formatInteger(used)} tokens`));
+    }
+    stats.title = usageDetails(usage);
+  }
+  if (status === "stopped") stats.append(el("span", { class: "mark stopped" }, "Stopped"));
+  else if (usage?.stopReason === "maxTokens") stats.append(el("span", { class: "mark" }, "Reached the token limit"));
+  else if (usage?.stopReason === "contextFull") stats.append(el("span", { class: "mark warning" }, "Context full"));
+  if (status === "error") stats.append(el("span", { class: "message-error" }, error ?? "The answer failed."));
+  return stats;
+}
+
+function usageDetails(usage: Usage): string {
+  return [
+    `Prompt: ${formatInteger(usage.promptTokens)} tokens (${formatInteger(usage.reusedTokens)} reused)`,
+    `Prompt processing: ${formatRate(usage.prefillTokensPerSecond)}`,
+    `Generation: ${formatRate(usage.decodeTokensPerSecond)}`,
+    `Time to first token: ${formatMilliseconds(usage.timeToFirstTokenMs)}`,
+  ].join("\n");
+}

@@ -1,0 +1,256 @@
+/** The settings dialog: every generation setting, validated before it is saved. */
+import { errorMessage, type Settings } from "../api";
+import { el, uniqueId } from "../dom";
+
+export const IMAGE_TOKEN_BUDGETS = [70, 140, 280, 560, 1120] as const;
+export const MAX_CONTEXT = 131_072;
+const MIN_CONTEXT = 512;
+
+type NumberKey = "temperature" | "topP" | "topK" | "maxTokens" | "contextLength";
+
+interface NumberField {
+  key: NumberKey;
+  label: string;
+  help: string;
+  min: number;
+  max: number;
+  step: number;
+  integer: boolean;
+  slider: boolean;
+}
+
+const NUMBER_FIELDS: NumberField[] = [
+  { key: "temperature", label: "Temperature", help: "Higher is more varied, 0 always picks the likeliest word.", min: 0, max: 2, step: 0.05, integer: false, slider: true },
+  { key: "topP", label: "Top P", help: "Samples from the smallest set of words whose probabilities add up to this.", min: 0.01, max: 1, step: 0.01, integer: false, slider: true },
+  { key: "topK", label: "Top K", help: "Samples from this many likeliest words; 0 turns the limit off.", min: 0, max: 1000, step: 1, integer: true, slider: false },
+  { key: "maxTokens", label: "Maximum answer length", help: "Tokens per answer (a token is about ¾ of a word).", min: 1, max: MAX_CONTEXT, step: 1, integer: true, slider: false },
+  { key: "contextLength", label: "Context length", help: "Tokens of conversation the model keeps in view. Longer uses more memory.", min: MIN_CONTEXT, max: MAX_CONTEXT, step: 1, integer: true, slider: false },
+];
+
+/** Field errors in words, keyed by setting; empty when the settings are valid. */
+export function validateSettings(settings: Settings): Partial<Record<keyof Settings, string>> {
+  const errors: Partial<Record<keyof Settings, string>> = {};
+  for (const field of NUMBER_FIELDS) {
+    const value = settings[field.key];
+    if (!Number.isFinite(value)) errors[field.key] = `${field.label} must be a number.`;
+    else if (field.integer && !Number.isInteger(value)) errors[field.key] = `${field.label} must be a whole number.`;
+    else if (value < field.min || value > field.max)
+      errors[field.key] = `${field.label} must be between ${field.min.toLocaleString("en-US")} and ${field.max.toLocaleString("en-US")}.`;
+  }
+  if (!errors.maxTokens && !errors.contextLength && settings.maxTokens > settings.contextLength)
+    errors.maxTokens = "The maximum answer length cannot exceed the context length.";
+  if (!IMAGE_TOKEN_BUDGETS.includes(settings.imageTokenBudget as (typeof IMAGE_TOKEN_BUDGETS)[number]))
+    errors.imageTokenBudget = `Image detail must be one of ${IMAGE_TOKEN_BUDGETS.join(", ")}.`;
+  return errors;
+}
+
+export interface SettingsDialogHandlers {
+  load(): Promise<Settings>;
+  save(settings: Settings): Promise<Settings>;
+}
+
+export class SettingsDialog {
+  readonly element: HTMLDialogElement;
+  private readonly form = el("form", { class: "settings-form", novalidate: true });
+  private readonly formError = el("p", { class: "form-error", role: "alert", hidden: true });
+  private readonly inputs = new Map<keyof Settings, HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement>();
+  private readonly errors = new Map<keyof Settings, HTMLElement>();
+  private readonly saveButton = el("button", { type: "submit", class: "primary", "data-testid": "settings-save" }, "Save");
+  private opener: HTMLElement | null = null;
+
+  constructor(private readonly handlers: SettingsDialogHandlers) {
+    const cancel = el("button", { type: "button", "data-testid": "settings-cancel" }, "Cancel");
+    cancel.addEventListener("click", () => this.close());
+    this.form.append(
+      this.formError,
+      this.textField("systemPrompt", "System prompt", "Instructions the model reads before every conversation."),
+      ...NUMBER_FIELDS.map((field) => this.numberField(field)),
+      this.imageBudgetField(),
+      this.thinkingField(),
+      el("div", { class: "dialog-actions" }, cancel, this.saveButton),
+    );
+    this.form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      void this.submit();
+    });
+    this.element = el(
+      "dialog",
+      { class: "settings-dialog", "data-testid": "settings-dialog", "aria-labelledby": "settings-title" },
+      el("h1", { id: "settings-title" }, "Settings"),
+      this.form,
+    );
+    this.element.addEventListener("close", () => this.opener?.focus());
+  }
+
+  get isOpen(): boolean {
+    return this.element.open;
+  }
+
+  async open(): Promise<void> {
+    if (this.element.open) return;
+    this.opener = document.activeElement instanceof HTMLElement ? document.activeElement : null;
+    this.showError(null);
+    this.clearFieldErrors();
+    this.saveButton.disabled = true;
+    this.element.showModal();
+    try {
+      this.fill(await this.handlers.load());
+      this.saveButton.disabled = false;
+    } catch (error) {
+      this.showError(`Could not read the settings: ${errorMessage(error)}`);
+    }
+    this.inputs.get("systemPrompt")?.focus();
+  }
+
+  close(): void {
+    if (this.element.open) this.element.close();
+  }
+
+  private fill(settings: Settings): void {
+    for (const [key, input] of this.inputs) {
+      const value = settings[key];
+      if (input instanceof HTMLInputElement && input.type === "checkbox") input.checked = Boolean(value);
+      else input.value = String(value);
+      if (input instanceof HTMLInputElement) this.syncSlider(input);
+    }
+  }
+
+  private read(): Settings {
+    const value = (key: keyof Settings) => this.inputs.get(key)?.value ?? "";
+    const number = (key: keyof Settings) => (value(key).trim() === "" ? Number.NaN : Number(value(key)));
+    const thinking = this.inputs.get("thinking");
+    return {
+      systemPrompt: value("systemPrompt"),
+      temperature: number("temperature"),
+      topP: number("topP"),
+      topK: number("topK"),
+      maxTokens: number("maxTokens"),
+      contextLength: number("contextLength"),
+      thinking: thinking instanceof HTMLInputElement ? thinking.checked : false,
+      imageTokenBudget: number("imageTokenBudget"),
+    };
+  }
+
+  private async submit(): Promise<void> {
+    const settings = this.read();
+    const errors = validateSettings(settings);
+    this.clearFieldErrors();
+    const invalid = Object.keys(errors) as (keyof Settings)[];
+    if (invalid.length > 0) {
+      for (const key of invalid) this.showFieldError(key, errors[key] ?? "");
+      this.inputs.get(invalid[0] as keyof Settings)?.focus();
+      return;
+    }
+    this.saveButton.disabled = true;
+    try {
+      this.fill(await this.handlers.save(settings));
+      this.close();
+    } catch (error) {
+      this.showError(errorMessage(error));
+    } finally {
+      this.saveButton.disabled = false;
+    }
+  }
+
+  private showError(message: string | null): void {
+    this.formError.hidden = message === null;
+    this.formError.textContent = message ?? "";
+  }
+
+  private clearFieldErrors(): void {
+    for (const [key, error] of this.errors) {
+      error.textContent = "";
+      error.hidden = true;
+      this.inputs.get(key)?.removeAttribute("aria-invalid");
+    }
+  }
+
+  private showFieldError(key: keyof Settings, message: string): void {
+    const error = this.errors.get(key);
+    if (!error) return;
+    error.textContent = message;
+    error.hidden = false;
+    this.inputs.get(key)?.setAttribute("aria-invalid", "true");
+  }
+
+  private describe(key: keyof Settings, help: string): { helpId: string; helpEl: HTMLElement; errorEl: HTMLElement; errorId: string } {
+    const helpId = uniqueId(`help-${key}`);
+    const errorId = uniqueId(`error-${key}`);
+    const errorEl = el("p", { class: "field-error", id: errorId, hidden: true });
+    this.errors.set(key, errorEl);
+    return { helpId, errorId, errorEl, helpEl: el("p", { class: "field-help", id: helpId }, help) };
+  }
+
+  private textField(key: "systemPrompt", label: string, help: string): HTMLElement {
+    const id = uniqueId(key);
+    const { helpId, errorId, helpEl, errorEl } = this.describe(key, help);
+    const input = el("textarea", { id, name: key, rows: "4", "aria-describedby": `${helpId} ${errorId}`, "data-testid": `setting-${key}` });
+    this.inputs.set(key, input);
+    return el("div", { class: "field wide" }, el("label", { for: id }, label), input, helpEl, errorEl);
+  }
+
+  private numberField(field: NumberField): HTMLElement {
+    const id = uniqueId(field.key);
+    const { helpId, errorId, helpEl, errorEl } = this.describe(field.key, field.help);
+    const input = el("input", {
+      id,
+      name: field.key,
+      type: "number",
+      inputmode: field.integer ? "numeric" : "decimal",
+      min: String(field.min),
+      max: String(field.max),
+      step: String(field.step),
+      "aria-describedby": `${helpId} ${errorId}`,
+      "data-testid": `setting-${field.key}`,
+    });
+    this.inputs.set(field.key, input);
+    const row = el("div", { class: "field-row" });
+    if (field.slider) {
+      const slider = el("input", {
+        type: "range",
+        class: "field-slider",
+        min: String(field.min),
+        max: String(field.max),
+        step: String(field.step),
+        "aria-label": field.label,
+        tabindex: "-1",
+      });
+      slider.addEventListener("input", () => {
+        input.value = slider.value;
+      });
+      input.addEventListener("input", () => this.syncSlider(input));
+      row.append(slider);
+    }
+    row.append(input);
+    return el("div", { class: "field" }, el("label", { for: id }, field.label), row, helpEl, errorEl);
+  }
+
+  private syncSlider(input: HTMLInputElement): void {
+    const slider = input.parentElement?.querySelector<HTMLInputElement>(".field-slider");
+    if (slider && input.value !== "") slider.value = input.value;
+  }
+
+  private imageBudgetField(): HTMLElement {
+    const id = uniqueId("imageTokenBudget");
+    const { helpId, errorId, helpEl, errorEl } = this.describe(
+      "imageTokenBudget",
+      "Tokens per image. More sees finer detail but takes longer and fills the context sooner.",
+    );
+    const labels: Record<number, string> = { 70: "70 — fastest", 140: "140", 280: "280 — balanced", 560: "560", 1120: "1120 — finest detail" };
+    const select = el(
+      "select",
+      { id, name: "imageTokenBudget", "aria-describedby": `${helpId} ${errorId}`, "data-testid": "setting-imageTokenBudget" },
+      ...IMAGE_TOKEN_BUDGETS.map((budget) => el("option", { value: String(budget) }, labels[budget] ?? String(budget))),
+    );
+    this.inputs.set("imageTokenBudget", select);
+    return el("div", { class: "field" }, el("label", { for: id }, "Image detail"), select, helpEl, errorEl);
+  }
+
+  private thinkingField(): HTMLElement {
+    const id = uniqueId("thinking");
+    const { helpId, errorId, helpEl, errorEl } = this.describe("thinking", "Lets the model reason before answering; slower, often better on hard questions.");
+    const input = el("input", { id, name: "thinking", type: "checkbox", "aria-describedby": `${helpId} ${errorId}`, "data-testid": "setting-thinking" });
+    this.inputs.set("thinking", input);
+    return el("div", { class: "field checkbox" }, el("div", { class: "field-row" }, input, el("label", { for: id }, "Thinking")), helpEl, errorEl);
+  }
+}

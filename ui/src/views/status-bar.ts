@@ -1,0 +1,56 @@
+/** The bottom strip: which model is loaded (or what it is doing) and the memory in use. */
+import type { MemoryUsage, ModelState } from "../api";
+import { el } from "../dom";
+import { formatBytes } from "../format";
+
+export class StatusBar {
+  readonly element: HTMLElement;
+  private readonly model = el("span", { class: "status-model", "data-testid": "model-status" });
+  private readonly dot = el("span", { class: "status-dot", "aria-hidden": "true" });
+  private readonly memory = el("span", { class: "status-memory", "data-testid": "memory" });
+
+  constructor() {
+    this.element = el("footer", { class: "status-bar", "aria-label": "Status" }, el("span", { class: "status-left" }, this.dot, this.model), this.memory);
+    this.setModel({ state: "none" });
+  }
+
+  setModel(state: ModelState): void {
+    this.dot.className = `status-dot ${state.state}`;
+    this.model.dataset.state = state.state;
+    switch (state.state) {
+      case "none":
+        this.model.textContent = "No model";
+        break;
+      case "downloading": {
+        const { bytesDone, bytesTotal } = state.progress;
+        const percent = bytesTotal > 0 ? Math.floor((bytesDone / bytesTotal) * 100) : 0;
+        this.model.textContent = `Downloading model… ${percent}%`;
+        break;
+      }
+      case "loading":
+        this.model.textContent = `Loading ${state.name}… ${state.stage}`;
+        break;
+      case "ready":
+        this.model.textContent = state.name;
+        this.model.title = state.dir;
+        break;
+      case "failed":
+        this.model.textContent = "Model failed to load";
+        this.model.title = state.message;
+        break;
+    }
+  }
+
+  setMemory(usage: MemoryUsage | null): void {
+    if (!usage) {
+      this.memory.textContent = "";
+      return;
+    }
+    this.memory.textContent = `Memory ${formatBytes(usage.residentBytes)}`;
+    this.memory.title = [
+      `App memory: ${formatBytes(usage.residentBytes)}`,
+      `MLX active: ${formatBytes(usage.mlxActiveBytes)}`,
+      `MLX peak: ${formatBytes(usage.mlxPeakBytes)}`,
+    ].join("\n");
+  }
+}
