@@ -8,6 +8,8 @@
 //!   shows whatever colour it hides (often black);
 //! - 16-bit grayscale keeps its high byte; the reference clips every value above 255 to white.
 //!
+//! Animated GIF and APNG files give their first frame, as Pillow's `Image.open` does.
+//!
 //! JPEG goes through libjpeg-turbo, the decoder inside Pillow: pure-Rust decoders differ from it by
 //! up to ±5 levels per pixel. PNG, WebP, GIF, BMP and TIFF decode identically with the `image` crate.
 
@@ -205,8 +207,15 @@ fn decode(bytes: &[u8]) -> Result<Rgb, ImageError> {
 fn unsupported_by_signature(bytes: &[u8]) -> Option<&'static str> {
     if bytes.get(4..8) == Some(b"ftyp") {
         // ISO media file: the brands say whether it is HEIF (HEIC, AVIF) or video.
+        // The box size bounds the brand list; 0 ("to the end") and 1 (a 64-bit size follows)
+        // and sizes past the data read to the end of what is there.
         let declared = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
-        let brands = bytes.get(8..declared.clamp(12, bytes.len()))?;
+        let end = if declared < 16 {
+            bytes.len()
+        } else {
+            declared.min(bytes.len())
+        };
+        let brands = bytes.get(8..end)?;
         let has = |names: &[&[u8; 4]]| {
             brands
                 .chunks_exact(4)
@@ -359,8 +368,13 @@ fn decode_with_image_crate(
     let (width, height) = decoder.dimensions();
     check_dimensions(width as usize, height as usize, name)?;
     let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
+    // The declared size passed the checks above, so a limit hit now means the data asks for more
+    // than that size needs (e.g. a GIF frame far larger than its screen).
     let image = DynamicImage::from_decoder(decoder).map_err(|error| match error {
-        image::ImageError::Limits(_) => ImageError::TooLarge { width, height },
+        image::ImageError::Limits(_) => ImageError::Corrupt {
+            format: name,
+            detail: format!("its data does not fit the {width}×{height} picture it declares"),
+        },
         other => failed(other),
     })?;
     Ok(orient(flatten_onto_white(image), orientation))
