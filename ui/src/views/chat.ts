@@ -29,6 +29,7 @@ export class ChatView {
   private readonly views = new Map<string, MessageView>();
   private messages: Message[] = [];
   private stickToBottom = true;
+  private lastScrollTop = 0;
 
   constructor(
     composer: HTMLElement,
@@ -37,10 +38,20 @@ export class ChatView {
   ) {
     this.empty = emptyState;
     this.scroller.append(this.list);
+    // Follow new text while the view is at the bottom; scrolling up (and only that) stops
+    // following, so content that grows late (math, images) never unsticks it by itself.
     this.scroller.addEventListener("scroll", () => {
-      this.stickToBottom = this.distanceFromBottom() < 40;
+      const top = this.scroller.scrollTop;
+      if (this.distanceFromBottom() < 40) this.stickToBottom = true;
+      else if (top < this.lastScrollTop) this.stickToBottom = false;
+      this.lastScrollTop = top;
       this.jump.hidden = this.stickToBottom;
     });
+    if (typeof ResizeObserver !== "undefined") {
+      new ResizeObserver(() => {
+        if (this.stickToBottom) this.scroller.scrollTop = this.scroller.scrollHeight;
+      }).observe(this.list);
+    }
     this.jump.addEventListener("click", () => this.scrollToBottom(true));
     this.element = el(
       "section",
@@ -141,6 +152,7 @@ export class ChatView {
   reveal(messageId: string): void {
     const view = this.views.get(messageId);
     if (!view) return;
+    this.stickToBottom = false;
     view.element.scrollIntoView?.({ block: "center" });
     view.element.classList.add("found");
     window.setTimeout(() => view.element.classList.remove("found"), 2000);
