@@ -47,6 +47,35 @@ describe("FrameScheduler", () => {
     expect(renders).toBe(2);
   });
 
+  it("skips frames after an expensive render, and never drops the last text", () => {
+    const frames = manualFrames();
+    let clock = 0;
+    const rendered: number[] = [];
+    let text = 0;
+    const scheduler = new FrameScheduler<string>(
+      () => {
+        rendered.push(text);
+        clock += 12; // a 12 ms render: the next one waits about 36 ms
+      },
+      frames.request,
+      () => clock,
+    );
+    text = 1;
+    scheduler.mark("a");
+    frames.run();
+    expect(rendered).toEqual([1]);
+    for (let frame = 0; frame < 3; frame++) {
+      text += 1;
+      scheduler.mark("a");
+      clock += 8;
+      frames.run();
+    }
+    expect(rendered).toEqual([1]);
+    clock += 16;
+    frames.run();
+    expect(rendered).toEqual([1, 4]);
+  });
+
   it("flushes immediately when asked, and the pending frame then renders nothing", () => {
     const frames = manualFrames();
     let renders = 0;

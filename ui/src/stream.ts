@@ -1,6 +1,8 @@
 /**
  * Streaming bookkeeping. Deltas arrive far faster than the screen refreshes, so rendering is
- * coalesced: marking a message dirty schedules at most one render per animation frame.
+ * coalesced: marking a message dirty schedules at most one render per animation frame. When a
+ * render gets expensive (a very long answer), frames are skipped so rendering keeps to about a
+ * quarter of the time and typing, scrolling and Stop stay responsive.
  */
 import type { GenerationEvent, Sent } from "./api";
 
@@ -10,24 +12,24 @@ const nextFrame: RequestFrame = (callback) => {
   window.requestAnimationFrame(() => callback());
 };
 
+/** Share of the time that rendering may take while text streams in. */
+const RENDER_SHARE = 0.25;
+
 /** Collects keys marked dirty and renders them together on the next frame. */
 export class FrameScheduler<K> {
   private readonly dirty = new Set<K>();
   private scheduled = false;
+  private notBefore = 0;
 
   constructor(
     private readonly render: (keys: K[]) => void,
     private readonly requestFrame: RequestFrame = nextFrame,
+    private readonly now: () => number = () => performance.now(),
   ) {}
 
   mark(key: K): void {
     this.dirty.add(key);
-    if (this.scheduled) return;
-    this.scheduled = true;
-    this.requestFrame(() => {
-      this.scheduled = false;
-      this.flush();
-    });
+    this.schedule();
   }
 
   /** Renders whatever is pending now (e.g. when the final event arrives). */
@@ -35,7 +37,21 @@ export class FrameScheduler<K> {
     if (this.dirty.size === 0) return;
     const keys = [...this.dirty];
     this.dirty.clear();
+    const start = this.now();
     this.render(keys);
+    const end = this.now();
+    this.notBefore = end + ((end - start) * (1 - RENDER_SHARE)) / RENDER_SHARE;
+  }
+
+  private schedule(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    this.requestFrame(() => {
+      this.scheduled = false;
+      if (this.dirty.size === 0) return;
+      if (this.now() < this.notBefore) this.schedule();
+      else this.flush();
+    });
   }
 
   /** Forgets pending renders (e.g. when the view they belong to is replaced). */
