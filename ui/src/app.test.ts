@@ -47,10 +47,19 @@ async function mount(): Promise<void> {
   await settle();
 }
 
+/** Runs the frames requested so far; returns how many there were. */
 function runFrames(): number {
   const pending = frames.splice(0);
   for (const frame of pending) frame(performance.now());
   return pending.length;
+}
+
+/** Runs frames until no render is pending (a slow render makes the next ones wait). */
+async function drainFrames(): Promise<void> {
+  for (let i = 0; i < 200 && frames.length > 0; i++) {
+    runFrames();
+    if (frames.length > 0) await new Promise((resolve) => setTimeout(resolve, 5));
+  }
 }
 
 function $(testId: string): HTMLElement | null {
@@ -340,7 +349,7 @@ describe("sending and streaming", () => {
     const answer = messages()[1] as HTMLElement;
     backend.event({ type: "delta", generationId: 99, conversationId: other.id, messageId: "elsewhere", delta: "WRONG", tokenCount: 1 });
     backend.delta(sent, "right", 1);
-    runFrames();
+    await drainFrames();
     expect(root.querySelector(".messages")?.textContent).not.toContain("WRONG");
     expect(answer.textContent).toContain("right");
     expect(root.querySelector(`[data-conversation-id="${other.id}"]`)?.classList.contains("generating")).toBe(true);
@@ -354,7 +363,7 @@ describe("sending and streaming", () => {
     click(root.querySelector(`[data-conversation-id="${first.id}"] .item-button`));
     await settle();
     backend.delta(sent, " upon a time", 4);
-    runFrames();
+    await drainFrames();
     expect(root.querySelector(".messages")?.textContent).not.toContain("upon");
     click(root.querySelector(`[data-conversation-id="${sent.conversation.id}"] .item-button`));
     await settle();
@@ -385,7 +394,7 @@ describe("sending and streaming", () => {
     backend.delta(sent, "bird", 2);
     release();
     await settle();
-    runFrames();
+    await drainFrames();
     expect(messages()[1]?.textContent).toContain("Early bird");
     backend.done(sent);
     expect(messages()[1]?.dataset.status).toBe("complete");
@@ -396,7 +405,7 @@ describe("sending and streaming", () => {
     await mount();
     const sent = await sendText("Count to 100");
     backend.delta(sent, "1, 2, 3", 5);
-    runFrames();
+    await drainFrames();
     press(document.body, "Escape");
     await settle();
     expect(callsOf("stop_generation").at(-1)?.args).toEqual({ generationId: sent.generationId });
@@ -472,7 +481,7 @@ describe("sending and streaming", () => {
     expect(messages()).toHaveLength(2);
     expect(messages()[1]?.dataset.status).toBe("streaming");
     backend.delta(second, "Why did", 2);
-    runFrames();
+    await drainFrames();
     expect(messages()[1]?.textContent).toContain("Why did");
     expect(messages()[1]?.textContent).not.toContain("Knock");
   });
@@ -505,13 +514,13 @@ describe("sending and streaming", () => {
     await mount();
     const sent = await sendText("Think");
     backend.delta(sent, "<|channel>thought\nThe user wants", 3);
-    runFrames();
+    await drainFrames();
     const answer = messages()[1] as HTMLElement;
     const thinking = answer.querySelector("details.thinking") as HTMLDetailsElement;
     expect(thinking.open).toBe(false);
     expect(thinking.querySelector("summary")?.textContent).toBe("Thinking…");
     backend.delta(sent, " a greeting.<channel|>Hello!", 6);
-    runFrames();
+    await drainFrames();
     expect(thinking.querySelector("summary")?.textContent).toBe("Thought process");
     expect(answer.querySelector(".message-body")?.textContent?.trim()).toBe("Hello!");
     expect(answer.textContent).not.toContain("<|channel>");
