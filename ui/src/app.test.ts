@@ -261,6 +261,31 @@ describe("conversations", () => {
     expect($("conversation-item")?.textContent).toContain("New name");
   });
 
+  it("keeps a rename in progress when the list refreshes", async () => {
+    await mount();
+    const sent = await sendText("Question");
+    click($("rename"));
+    const field = $("rename-field") as HTMLInputElement;
+    field.value = "Half-typed";
+    backend.done(sent);
+    await settle();
+    expect($("rename-field")).toBe(field);
+    expect(field.value).toBe("Half-typed");
+    expect(document.activeElement).toBe(field);
+  });
+
+  it("keeps keyboard focus on the same chat when the list refreshes", async () => {
+    backend.addConversation("Other");
+    await mount();
+    const sent = await sendText("Question");
+    const other = root.querySelector<HTMLElement>('[data-conversation-id="c1"] .item-button');
+    other?.focus();
+    backend.done(sent);
+    await settle();
+    expect(document.activeElement?.closest<HTMLElement>("[data-conversation-id]")?.dataset.conversationId).toBe("c1");
+    expect(document.activeElement?.classList.contains("item-button")).toBe(true);
+  });
+
   it("deletes a chat only after confirmation", async () => {
     const chat = backend.addConversation("Doomed");
     await mount();

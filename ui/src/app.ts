@@ -48,6 +48,7 @@ export class App {
   private viewSerial = 0;
   private pending: PendingAttachment[] = [];
   private sending = false;
+  private loadingConversation = false;
   private readonly generations = new Generations();
   private readonly finished = new Map<string, FinishedAnswer>();
   private readonly contextWindows = new Map<string, number>();
@@ -229,6 +230,8 @@ export class App {
     try {
       this.conversations = await api.listConversations();
       this.sidebar.setConversations(this.conversations);
+      const open = this.conversations.find((c) => c.id === this.openId);
+      if (open) this.chat.setTitle(open.title);
       this.sidebar.setActive(this.openId);
       this.sidebar.setGenerating(this.generations.conversationIds());
     } catch (error) {
@@ -239,6 +242,7 @@ export class App {
   private newChat(): void {
     this.viewSerial += 1;
     this.openId = null;
+    this.loadingConversation = false;
     this.messages = [];
     if (this.contextFull?.conversationId === null) this.contextFull = null;
     this.sidebar.setActive(null);
@@ -250,11 +254,14 @@ export class App {
     const serial = ++this.viewSerial;
     this.openId = id;
     this.messages = [];
+    this.loadingConversation = true;
     this.sidebar.setActive(id);
     this.renderMain();
+    this.chat.setTitle(this.conversations.find((c) => c.id === id)?.title ?? null);
     try {
       const conversation = await api.getConversation(id);
       if (serial !== this.viewSerial) return;
+      this.loadingConversation = false;
       this.messages = conversation.messages.map((message) => this.withLiveState(message));
       const last = [...this.messages].reverse().find((message) => message.role === "assistant");
       if (last?.usage?.stopReason === "contextFull" && !this.contextFull)
@@ -266,6 +273,7 @@ export class App {
       this.composer.focus();
     } catch (error) {
       if (serial !== this.viewSerial) return;
+      this.loadingConversation = false;
       this.toasts.show(`Could not open the chat: ${errorMessage(error)}`);
       if (error instanceof ApiError && error.kind === "notFound") void this.refreshConversations();
       this.newChat();
@@ -623,7 +631,7 @@ export class App {
       if (live) counts.set(message.id, live.tokenCount);
     }
     const windowSize = this.contextWindow();
-    this.chat.setMessages(this.messages, { idle, contextWindow: windowSize, tokenCounts: counts });
+    this.chat.setMessages(this.messages, { idle, contextWindow: windowSize, tokenCounts: counts, loading: this.loadingConversation });
     if (this.model.state === "ready") this.emptyTitle.textContent = `Chat with ${this.model.name}`;
     const notice = this.contextFull && this.contextFull.conversationId === this.openId ? this.contextFull : null;
     this.chat.setNotice(

@@ -10,6 +10,8 @@ export interface ChatContext {
   contextWindow: number | null;
   /** Live token counts by message id. */
   tokenCounts: Map<string, number>;
+  /** The conversation's messages are still being read: show nothing rather than the empty state. */
+  loading: boolean;
 }
 
 export interface ContextNotice {
@@ -100,8 +102,9 @@ export class ChatView {
       }
       previous = view.element;
     }
-    if (visible.length === 0) this.list.replaceChildren(this.empty);
+    if (visible.length === 0) this.list.replaceChildren(...(context.loading ? [] : [this.empty]));
     else this.empty.remove();
+    this.scroller.setAttribute("aria-busy", String(context.loading));
     if (wasAtBottom) this.scrollToBottom(false);
   }
 

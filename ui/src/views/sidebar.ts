@@ -75,7 +75,8 @@ export class Sidebar {
 
   setConversations(conversations: ConversationSummary[]): void {
     this.conversations = conversations;
-    if (this.hits === null) this.render();
+    // Never re-render under a rename in progress: it would take the field (and its text) away.
+    if (this.hits === null && this.renamingId === null) this.render();
   }
 
   setActive(id: string | null): void {
@@ -141,7 +142,19 @@ export class Sidebar {
     this.render();
   }
 
+  /** Re-renders the list, keeping keyboard focus on the same chat and control. */
   private render(): void {
+    const focused = document.activeElement instanceof HTMLElement && this.list.contains(document.activeElement) ? document.activeElement : null;
+    const focusedId = focused?.closest<HTMLElement>("[data-conversation-id]")?.dataset.conversationId;
+    const focusedControl = focused?.dataset.testid ?? "item";
+    this.renderList();
+    if (!focusedId || this.renamingId !== null) return;
+    const item = [...this.list.querySelectorAll<HTMLElement>("[data-conversation-id]")].find((element) => element.dataset.conversationId === focusedId);
+    const control = item?.querySelector<HTMLElement>(focusedControl === "item" ? ".item-button" : `[data-testid="${focusedControl}"]`);
+    (control ?? item?.querySelector<HTMLElement>(".item-button"))?.focus();
+  }
+
+  private renderList(): void {
     if (this.hits !== null) {
       this.renderHits(this.hits);
       return;
