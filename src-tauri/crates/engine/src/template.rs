@@ -11,7 +11,7 @@ use minijinja::value::Serde;
 use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
 use serde::Serialize;
 
-use crate::tokenizer::SpecialTokens;
+use crate::tokenizer::{SpecialTokens, Tokenizer, CHANNEL_CLOSE, CHANNEL_OPEN};
 
 mod tojson;
 
@@ -96,6 +96,9 @@ pub enum TemplateError {
         /// Whether that file is absent altogether.
         file_missing: bool,
     },
+    /// Tokenizing the rendered prompt failed.
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenizer::TokenizerError),
     /// Rendering failed, including the template's own `raise_exception(...)`.
     #[error("the chat template from {origin} cannot render this conversation: {source}")]
     Render {
@@ -363,6 +366,45 @@ impl ChatTemplate {
         ]);
         let context = Value::from(context);
         template.render(context).map_err(render_error)
+    }
+}
+
+impl ChatTemplate {
+    /// Renders `messages` and tokenizes the prompt. Control-token text a person or the model
+    /// wrote inside a message (`<|image|>`, `<turn|>`, …) stays text: only the template writes
+    /// control tokens. (Hugging Face and mlx-vlm would turn it into control ids, so that a
+    /// pasted `<|image|>` asks for an image that is not there.) The thinking markers in an
+    /// earlier answer stay markers: the template strips the thinking they enclose. Prompts
+    /// without such text encode exactly as `tokenizer.encode(&self.render(…))`.
+    pub fn prompt_ids(
+        &self,
+        tokenizer: &Tokenizer,
+        messages: &[Message],
+        options: RenderOptions,
+    ) -> Result<Vec<u32>> {
+        let thinking_markers: Vec<u32> = [CHANNEL_OPEN, CHANNEL_CLOSE]
+            .iter()
+            .filter_map(|t| tokenizer.token_id(t))
+            .collect();
+        let mut marked = Vec::with_capacity(messages.len());
+        for message in messages {
+            let keep: &[u32] = match message.role {
+                Role::Assistant => &thinking_markers,
+                Role::System | Role::User => &[],
+            };
+            let mut content = Vec::with_capacity(message.content.len());
+            for part in &message.content {
+                content.push(match part {
+                    Part::Text { text } => Part::Text {
+                        text: tokenizer.mark_special_text(text, keep)?.into_owned(),
+                    },
+                    Part::Image => Part::Image,
+                });
+            }
+            marked.push(Message::new(message.role, content));
+        }
+        let text = self.render(&marked, options)?;
+        Ok(tokenizer.encode_marked(&text)?)
     }
 }
 

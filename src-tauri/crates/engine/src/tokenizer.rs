@@ -4,7 +4,8 @@
 //! tokenizer.json), never written in code: test checkpoints use small vocabularies whose
 //! ids differ from the real Gemma 4 ones.
 
-use std::collections::BTreeSet;
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -123,7 +124,17 @@ pub type Result<T, E = TokenizerError> = std::result::Result<T, E>;
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     path: PathBuf,
+    /// Each special token's id → the ids of its text read as ordinary text, for control-token
+    /// text that a person wrote (see [`Tokenizer::encode_marked`]).
+    literal: HashMap<u32, Vec<u32>>,
+    /// First characters of the special tokens: text without any of them holds none.
+    special_starts: Vec<char>,
 }
+
+/// Brackets a special token id inside rendered text: Unicode noncharacters, which no text a
+/// person sends may carry (they are replaced before marking).
+const MARK_OPEN: char = '\u{FDD0}';
+const MARK_CLOSE: char = '\u{FDD1}';
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -159,17 +170,49 @@ impl Tokenizer {
                 path: path.to_owned(),
                 source,
             })?;
-        Ok(Self {
-            inner,
-            path: path.to_owned(),
-        })
+        Ok(Self::from_tokenizer(inner, path))
     }
 
     /// Wraps an already built tokenizer; `origin` names it in error messages.
-    pub fn from_tokenizer(inner: tokenizers::Tokenizer, origin: impl Into<PathBuf>) -> Self {
+    pub fn from_tokenizer(mut inner: tokenizers::Tokenizer, origin: impl Into<PathBuf>) -> Self {
+        let specials: Vec<(u32, String)> = inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, token)| token.special)
+            .map(|(id, token)| (id, token.content))
+            .collect();
+        // With this switch on, special tokens' texts go through the model like any other text.
+        inner.set_encode_special_tokens(true);
+        let mut literal = HashMap::with_capacity(specials.len());
+        for (id, content) in &specials {
+            let whole = inner.encode_fast(content.as_str(), false).ok();
+            let ids = whole.map(|e| e.get_ids().to_vec());
+            // Should the vocabulary merge the text back into a special id, spell it by characters.
+            let ids = match ids {
+                Some(ids) if !ids.iter().any(|i| specials.iter().any(|(s, _)| s == i)) => ids,
+                _ => content
+                    .chars()
+                    .flat_map(|c| {
+                        let text = c.to_string();
+                        let e = inner.encode_fast(text.as_str(), false).ok();
+                        e.map(|e| e.get_ids().to_vec()).unwrap_or_default()
+                    })
+                    .collect(),
+            };
+            literal.insert(*id, ids);
+        }
+        inner.set_encode_special_tokens(false);
+        let mut special_starts: Vec<char> = specials
+            .iter()
+            .filter_map(|(_, content)| content.chars().next())
+            .collect();
+        special_starts.sort_unstable();
+        special_starts.dedup();
         Self {
             inner,
             path: origin.into(),
+            literal,
+            special_starts,
         }
     }
 
@@ -191,6 +234,85 @@ impl Tokenizer {
             .encode_fast(text, false)
             .map_err(TokenizerError::Encode)?;
         Ok(encoding.get_ids().to_vec())
+    }
+
+    /// Marks every special token written in `text` (as this tokenizer would split it) so that
+    /// [`Self::encode_marked`] encodes it as text, not as a control id. Tokens in `keep` stay
+    /// control tokens. Unicode noncharacters in `text` become U+FFFD.
+    pub fn mark_special_text<'t>(&self, text: &'t str, keep: &[u32]) -> Result<Cow<'t, str>> {
+        let is_mark = |c: char| ('\u{FDD0}'..='\u{FDEF}').contains(&c);
+        let text: Cow<'t, str> = if text.contains(is_mark) {
+            Cow::Owned(text.replace(is_mark, "\u{FFFD}"))
+        } else {
+            Cow::Borrowed(text)
+        };
+        if !text.contains(|c| self.special_starts.contains(&c)) {
+            return Ok(text);
+        }
+        // `encode` (not `encode_fast`) keeps byte offsets into `text`.
+        let encoding = self
+            .inner
+            .encode(text.as_ref(), false)
+            .map_err(TokenizerError::Encode)?;
+        let spans: Vec<(u32, (usize, usize))> = encoding
+            .get_ids()
+            .iter()
+            .zip(encoding.get_offsets())
+            .filter(|(id, _)| self.literal.contains_key(id) && !keep.contains(id))
+            .map(|(id, offsets)| (*id, *offsets))
+            .collect();
+        if spans.is_empty() {
+            return Ok(text);
+        }
+        let mut marked = String::with_capacity(text.len() + spans.len() * 8);
+        let mut at = 0;
+        for (id, (start, end)) in spans {
+            // Only a span that is exactly the token's text is replaced.
+            let exact = self.inner.id_to_token(id);
+            if start < at || text.get(start..end) != exact.as_deref() {
+                continue;
+            }
+            marked.push_str(&text[at..start]);
+            marked.push(MARK_OPEN);
+            marked.push_str(&id.to_string());
+            marked.push(MARK_CLOSE);
+            at = end;
+        }
+        marked.push_str(&text[at..]);
+        Ok(Cow::Owned(marked))
+    }
+
+    /// Encodes a rendered prompt in which [`Self::mark_special_text`] marked the control-token
+    /// text a person wrote: each mark becomes that text's ordinary ids; everything else is
+    /// encoded as [`Self::encode`] does (which is what happens when nothing was marked).
+    pub fn encode_marked(&self, text: &str) -> Result<Vec<u32>> {
+        if !text.contains(MARK_OPEN) {
+            return self.encode(text);
+        }
+        let mut ids = Vec::new();
+        let mut rest = text;
+        while let Some(open) = rest.find(MARK_OPEN) {
+            let after = &rest[open + MARK_OPEN.len_utf8()..];
+            let marked = after.find(MARK_CLOSE).and_then(|close| {
+                let id: u32 = after[..close].parse().ok()?;
+                Some((self.literal.get(&id)?, close))
+            });
+            let Some((literal, close)) = marked else {
+                // Not one of ours (it cannot be: noncharacters were replaced); keep it as text.
+                ids.extend(self.encode(&rest[..open + MARK_OPEN.len_utf8()])?);
+                rest = after;
+                continue;
+            };
+            if open > 0 {
+                ids.extend(self.encode(&rest[..open])?);
+            }
+            ids.extend_from_slice(literal);
+            rest = &after[close + MARK_CLOSE.len_utf8()..];
+        }
+        if !rest.is_empty() {
+            ids.extend(self.encode(rest)?);
+        }
+        Ok(ids)
     }
 
     /// Decodes ids to text; `skip_special` drops control tokens (`<bos>`, `<|turn>`, …).
