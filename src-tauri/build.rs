@@ -1,6 +1,42 @@
+/// Every app command, so each is denied unless a capability allows it.
+const COMMANDS: &[&str] = &[
+    "app_status",
+    "choose_model_folder",
+    "download_model",
+    "cancel_download",
+    "memory_usage",
+    "list_conversations",
+    "get_conversation",
+    "rename_conversation",
+    "delete_conversation",
+    "search_conversations",
+    "send_message",
+    "regenerate",
+    "edit_message",
+    "stop_generation",
+    "get_settings",
+    "save_settings",
+    "pick_images",
+    "add_pasted_image",
+    "remove_pending_attachment",
+    "attachment_thumbnail",
+    "open_link",
+];
+
 fn main() {
-    // Every app command is listed here, so it is denied unless a capability allows it.
-    let manifest = tauri_build::AppManifest::new().commands(&["app_status"]);
+    link_mlx();
+    let manifest = tauri_build::AppManifest::new().commands(COMMANDS);
     tauri_build::try_build(tauri_build::Attributes::new().app_manifest(manifest))
         .unwrap_or_else(|err| panic!("tauri-build failed: {err:#}"));
+}
+
+/// Where the app finds libmlx at run time: next to the wheel it was linked against (`make run`,
+/// tests), and, in the macOS bundle, in `Contents/Frameworks` beside mlx.metallib (see README).
+fn link_mlx() {
+    if let Ok(dir) = std::env::var("DEP_MLX_LIB_DIR") {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
+    }
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("macos") {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,@executable_path/../Frameworks");
+    }
 }

@@ -7,7 +7,12 @@ use std::path::Path;
 
 use ts_rs::{Config, TS};
 
+use crate::attachments::{DropEvent, PendingAttachment};
+use crate::chat::{GenerationEvent, SendRequest, Sent};
 use crate::error::CommandError;
+use crate::memory::MemoryUsage;
+use crate::model_setup::ModelState;
+use crate::settings::Settings;
 use crate::status::AppStatus;
 
 /// Reads every `.ts` file in `dir` by name; a missing folder reads as empty.
@@ -30,8 +35,21 @@ fn ui_bindings_are_current() {
     let committed_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ui/src/bindings");
     let fresh_dir = tempfile::tempdir().unwrap();
     let config = Config::new().with_out_dir(fresh_dir.path());
+    // `export_all` writes each type and every type it refers to (chats and engine types too).
     AppStatus::export_all(&config).unwrap();
     CommandError::export_all(&config).unwrap();
+    ModelState::export_all(&config).unwrap();
+    MemoryUsage::export_all(&config).unwrap();
+    Settings::export_all(&config).unwrap();
+    PendingAttachment::export_all(&config).unwrap();
+    DropEvent::export_all(&config).unwrap();
+    SendRequest::export_all(&config).unwrap();
+    Sent::export_all(&config).unwrap();
+    GenerationEvent::export_all(&config).unwrap();
+    chats::Conversation::export_all(&config).unwrap();
+    chats::ConversationSummary::export_all(&config).unwrap();
+    chats::SearchHit::export_all(&config).unwrap();
+    engine::models::ModelCandidate::export_all(&config).unwrap();
 
     let fresh = read_ts_files(fresh_dir.path());
     let committed = read_ts_files(&committed_dir);

@@ -1,13 +1,219 @@
-//! Tauri commands: one line each, delegating to plain modules.
+//! Tauri commands: one line each (blocking work moved off the UI thread), delegating to modules.
 
-use tauri::State;
+use std::path::PathBuf;
 
-use crate::data_dir::DataDir;
+use chats::{Conversation, ConversationSummary, SearchHit};
+use tauri::ipc::{InvokeBody, Request};
+use tauri::{AppHandle, State};
+use tauri_plugin_dialog::DialogExt;
+use tauri_plugin_opener::OpenerExt;
+
+use crate::attachments::{DropEvent, PendingAttachment};
+use crate::chat::{SendRequest, Sent};
 use crate::error::Error;
+use crate::events::Events;
+use crate::memory::{self, MemoryUsage};
+use crate::model_setup::ModelState;
+use crate::settings::Settings;
+use crate::state::AppState;
 use crate::status::{self, AppStatus};
+
+type Shared<'a> = State<'a, AppState>;
+
+/// Runs blocking work on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    tauri::async_runtime::spawn_blocking(work)
+        .await
+        .map_err(|e| Error::Internal(format!("background task failed: {e}")))?
+}
 
 /// What the UI needs to pick its first screen.
 #[tauri::command]
-pub fn app_status(data_dir: State<'_, DataDir>) -> Result<AppStatus, Error> {
-    status::read(&data_dir)
+pub fn app_status(state: Shared<'_>) -> Result<AppStatus, Error> {
+    status::read(&state.data_dir, state.models.state())
+}
+
+/// Asks for a model folder with the OS dialog, checks and loads it.
+#[tauri::command]
+pub async fn choose_model_folder(app: AppHandle, state: Shared<'_>) -> Result<ModelState, Error> {
+    let models = state.models.clone();
+    blocking(move || match pick_folder(&app) {
+        Some(dir) => models.choose(&dir),
+        None => Ok(models.state()),
+    })
+    .await
+}
+
+fn pick_folder(app: &AppHandle) -> Option<PathBuf> {
+    let picked = app
+        .dialog()
+        .file()
+        .set_title("Choose a Gemma 4 model folder")
+        .blocking_pick_folder();
+    picked.and_then(|p| p.into_path().ok())
+}
+
+/// Starts downloading the default model; progress comes as `model-state` events.
+#[tauri::command]
+pub fn download_model(state: Shared<'_>) -> Result<(), Error> {
+    state.models.start_download()
+}
+
+#[tauri::command]
+pub fn cancel_download(state: Shared<'_>) {
+    state.models.cancel_download();
+}
+
+#[tauri::command]
+pub fn memory_usage() -> MemoryUsage {
+    memory::read()
+}
+
+#[tauri::command]
+pub fn list_conversations(state: Shared<'_>) -> Result<Vec<ConversationSummary>, Error> {
+    Ok(state.store.list_conversations()?)
+}
+
+#[tauri::command]
+pub fn get_conversation(state: Shared<'_>, id: String) -> Result<Conversation, Error> {
+    Ok(state.store.get_conversation(&id)?)
+}
+
+#[tauri::command]
+pub fn rename_conversation(state: Shared<'_>, id: String, title: String) -> Result<(), Error> {
+    Ok(state.store.rename_conversation(&id, title.trim())?)
+}
+
+#[tauri::command]
+pub fn delete_conversation(state: Shared<'_>, id: String) -> Result<(), Error> {
+    state.chat.delete_conversation(&id)
+}
+
+#[tauri::command]
+pub fn search_conversations(state: Shared<'_>, query: String) -> Result<Vec<SearchHit>, Error> {
+    Ok(state.store.search(&query)?)
+}
+
+#[tauri::command]
+pub async fn send_message(state: Shared<'_>, request: SendRequest) -> Result<Sent, Error> {
+    let (chat, settings) = (state.chat.clone(), Settings::load(&state.store));
+    blocking(move || chat.send(request, &settings)).await
+}
+
+#[tauri::command]
+pub async fn regenerate(state: Shared<'_>, conversation_id: String) -> Result<Sent, Error> {
+    let (chat, settings) = (state.chat.clone(), Settings::load(&state.store));
+    blocking(move || chat.regenerate(&conversation_id, &settings)).await
+}
+
+#[tauri::command]
+pub async fn edit_message(
+    state: Shared<'_>,
+    conversation_id: String,
+    message_id: String,
+    text: String,
+) -> Result<Sent, Error> {
+    let (chat, settings) = (state.chat.clone(), Settings::load(&state.store));
+    blocking(move || chat.edit(&conversation_id, &message_id, &text, &settings)).await
+}
+
+#[tauri::command]
+pub fn stop_generation(state: Shared<'_>, generation_id: u64) -> bool {
+    state.chat.stop(generation_id)
+}
+
+#[tauri::command]
+pub fn get_settings(state: Shared<'_>) -> Settings {
+    Settings::load(&state.store)
+}
+
+#[tauri::command]
+pub fn save_settings(state: Shared<'_>, settings: Settings) -> Result<Settings, Error> {
+    settings.save(&state.store)
+}
+
+/// Asks for images with the OS dialog; files that are not usable are reported as a drop event.
+#[tauri::command]
+pub async fn pick_images(
+    app: AppHandle,
+    state: Shared<'_>,
+) -> Result<Vec<PendingAttachment>, Error> {
+    let attachments = state.attachments.clone();
+    blocking(move || {
+        let picked = app
+            .dialog()
+            .file()
+            .set_title("Attach images")
+            .add_filter(
+                "Images",
+                &["png", "jpg", "jpeg", "webp", "gif", "bmp", "tif", "tiff"],
+            )
+            .blocking_pick_files()
+            .unwrap_or_default();
+        let paths: Vec<PathBuf> = picked
+            .into_iter()
+            .filter_map(|p| p.into_path().ok())
+            .collect();
+        let DropEvent::Added {
+            attachments: added,
+            errors,
+        } = attachments.add_dropped(&paths)
+        else {
+            return Ok(Vec::new());
+        };
+        if !errors.is_empty() {
+            app.dropped(&DropEvent::Added {
+                attachments: Vec::new(),
+                errors,
+            });
+        }
+        Ok(added)
+    })
+    .await
+}
+
+/// A pasted image: the raw bytes as the request body, its name in `x-file-name`.
+#[tauri::command]
+pub async fn add_pasted_image(
+    state: Shared<'_>,
+    request: Request<'_>,
+) -> Result<PendingAttachment, Error> {
+    let InvokeBody::Raw(bytes) = request.body() else {
+        return Err(Error::Invalid(
+            "a pasted image must be sent as raw bytes".into(),
+        ));
+    };
+    let name = request
+        .headers()
+        .get("x-file-name")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("pasted image")
+        .to_owned();
+    let (attachments, bytes) = (state.attachments.clone(), bytes.clone());
+    blocking(move || attachments.add_bytes(&name, &bytes)).await
+}
+
+#[tauri::command]
+pub fn remove_pending_attachment(state: Shared<'_>, id: String) {
+    state.attachments.remove(&id);
+}
+
+#[tauri::command]
+pub async fn attachment_thumbnail(
+    state: Shared<'_>,
+    attachment_id: String,
+) -> Result<String, Error> {
+    let attachments = state.attachments.clone();
+    blocking(move || attachments.preview(&attachment_id)).await
+}
+
+/// Opens an http(s) link in the system browser; the UI asks the user first.
+#[tauri::command]
+pub fn open_link(app: AppHandle, url: String) -> Result<(), Error> {
+    let url = crate::links::checked(&url)?;
+    app.opener()
+        .open_url(url, None::<&str>)
+        .map_err(|e| Error::Internal(format!("could not open the link: {e}")))
 }

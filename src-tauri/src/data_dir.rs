@@ -1,4 +1,4 @@
-//! The folder that holds everything the app writes: models now, chats later.
+//! The folder that holds everything the app writes: models, chats, attachments.
 
 use std::path::PathBuf;
 
@@ -9,6 +9,11 @@ pub struct DataDir(PathBuf);
 impl DataDir {
     pub fn new(root: PathBuf) -> Self {
         Self(root)
+    }
+
+    /// Where the chats database and attachment files live.
+    pub fn chats(&self) -> PathBuf {
+        self.0.clone()
     }
 
     /// Where model folders live, one folder per model.

@@ -15,14 +15,64 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    #[error("no model is loaded yet: download one or choose its folder first")]
+    NoModel,
+    #[error("{0}")]
+    ModelInvalid(String),
+    #[error("a reply is still being written; stop it before sending another message")]
+    Busy,
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    ContextFull(String),
+    #[error(transparent)]
+    Chats(#[from] chats::Error),
+    #[error(transparent)]
+    Image(#[from] engine::image::ImageError),
+    #[error("{0}")]
+    Engine(String),
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::CreateModelsDir { .. } => ErrorKind::Io,
+            Self::NoModel => ErrorKind::NoModel,
+            Self::ModelInvalid(_) => ErrorKind::ModelInvalid,
+            Self::Busy => ErrorKind::Busy,
+            Self::Invalid(_) | Self::Image(_) => ErrorKind::InvalidInput,
+            Self::ContextFull(_) => ErrorKind::ContextFull,
+            Self::Chats(chats::Error::NotFound { .. }) => ErrorKind::NotFound,
+            Self::Chats(chats::Error::InvalidInput(_)) => ErrorKind::InvalidInput,
+            Self::Chats(_) => ErrorKind::Io,
+            Self::Engine(_) | Self::Internal(_) => ErrorKind::Internal,
         }
     }
+}
+
+impl From<engine::worker::EngineError> for Error {
+    fn from(err: engine::worker::EngineError) -> Self {
+        use engine::generate::GenerateError;
+        use engine::worker::EngineError;
+        match err {
+            EngineError::NoModel => Self::NoModel,
+            EngineError::Generate(GenerateError::PromptTooLong { prompt, context }) => {
+                Self::ContextFull(context_full_message(prompt, context))
+            }
+            EngineError::Image(image) => Self::Image(image),
+            other => Self::Engine(other.to_string()),
+        }
+    }
+}
+
+/// What the user reads when a conversation outgrows the context window.
+pub fn context_full_message(prompt: usize, context: usize) -> String {
+    format!(
+        "This conversation no longer fits the context window: it needs {prompt} tokens and the \
+         window holds {context}. Start a new chat, or raise the context length in Settings."
+    )
 }
 
 /// Broad class of an error, for the UI to choose how to present it.
@@ -31,10 +81,24 @@ impl Error {
 pub enum ErrorKind {
     /// A file or folder could not be read or written.
     Io,
+    /// The action needs a loaded model.
+    NoModel,
+    /// A model folder is not usable; the message says why in words.
+    ModelInvalid,
+    /// A reply is still being generated.
+    Busy,
+    /// A conversation, message or attachment does not exist (any more).
+    NotFound,
+    /// The input was refused: an unreadable image, an empty message, a bad setting.
+    InvalidInput,
+    /// The conversation no longer fits the context window.
+    ContextFull,
+    /// Something that should not happen; the message has the details.
+    Internal,
 }
 
 /// An error as the UI receives it: a rejected `invoke` carries this object.
-#[derive(Debug, Serialize, TS)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, TS)]
 pub struct CommandError {
     pub kind: ErrorKind,
     pub message: String,
@@ -70,5 +134,30 @@ mod tests {
         let message = json["message"].as_str().unwrap();
         assert!(message.contains("/data/models"), "{message}");
         assert!(message.contains("permission denied"), "{message}");
+    }
+
+    #[test]
+    fn a_prompt_longer_than_the_context_is_a_context_full_error_with_both_numbers() {
+        let err = Error::from(engine::worker::EngineError::Generate(
+            engine::generate::GenerateError::PromptTooLong {
+                prompt: 9000,
+                context: 8192,
+            },
+        ));
+        assert_eq!(err.kind(), ErrorKind::ContextFull);
+        let message = err.to_string();
+        assert!(
+            message.contains("9000") && message.contains("8192"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn missing_conversations_are_not_found() {
+        let err = Error::from(chats::Error::NotFound {
+            what: "conversation",
+            id: "x".into(),
+        });
+        assert_eq!(err.kind(), ErrorKind::NotFound);
     }
 }

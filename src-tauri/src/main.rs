@@ -1,22 +1,37 @@
-//! Gemma Desk: the Tauri shell. It wires state and commands; the logic lives in plain modules
-//! (and, later, in the `engine` and `chats` crates) so tests can reach it without a window.
+//! Gemma Desk: the Tauri shell. It wires state, commands and window events; the logic lives in
+//! plain modules (and in the `engine` and `chats` crates) so tests reach it without a window.
 
+mod attachments;
+mod chat;
 mod commands;
 mod data_dir;
 mod error;
+mod events;
 mod launch;
+mod links;
+mod memory;
+mod model_setup;
+mod settings;
+mod state;
 mod status;
 
 #[cfg(test)]
 mod bindings;
+#[cfg(test)]
+mod tests;
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::Context;
-use tauri::{App, Manager, WebviewWindowBuilder};
+use engine::models::HfCache;
+use tauri::{App, DragDropEvent, Manager, RunEvent, WebviewWindowBuilder, WindowEvent};
 
+use crate::attachments::DropEvent;
 use crate::data_dir::DataDir;
+use crate::events::Events;
 use crate::launch::LaunchOptions;
+use crate::state::{AppState, HUB_URL};
 
 fn main() -> ExitCode {
     match run() {
@@ -31,7 +46,31 @@ fn main() -> ExitCode {
 fn run() -> anyhow::Result<()> {
     let options = LaunchOptions::parse(std::env::args_os().skip(1))?;
     let app = tauri::Builder::default()
-        .invoke_handler(tauri::generate_handler![commands::app_status])
+        .plugin(tauri_plugin_dialog::init())
+        .plugin(tauri_plugin_opener::init())
+        .invoke_handler(tauri::generate_handler![
+            commands::app_status,
+            commands::choose_model_folder,
+            commands::download_model,
+            commands::cancel_download,
+            commands::memory_usage,
+            commands::list_conversations,
+            commands::get_conversation,
+            commands::rename_conversation,
+            commands::delete_conversation,
+            commands::search_conversations,
+            commands::send_message,
+            commands::regenerate,
+            commands::edit_message,
+            commands::stop_generation,
+            commands::get_settings,
+            commands::save_settings,
+            commands::pick_images,
+            commands::add_pasted_image,
+            commands::remove_pending_attachment,
+            commands::attachment_thumbnail,
+            commands::open_link,
+        ])
         .build(tauri::generate_context!())
         .context("could not start the app")?;
     let data_dir = match options.data_dir {
@@ -42,14 +81,33 @@ fn run() -> anyhow::Result<()> {
             .context("could not find the app data folder")?,
     };
     let data_dir = DataDir::new(data_dir);
-    app.manage(data_dir.clone());
+    let events: Arc<dyn Events> = Arc::new(app.handle().clone());
+    let state = AppState::open(
+        data_dir.clone(),
+        HfCache::from_process_env(),
+        HUB_URL.to_owned(),
+        events,
+    )?;
+    let models = state.models.clone();
+    let chat = state.chat.clone();
+    app.manage(state);
     open_main_window(&app, &data_dir)?;
-    app.run(|_, _| {});
+    std::thread::Builder::new()
+        .name("model-startup".into())
+        .spawn(move || models.load_at_startup())
+        .context("could not start loading the model")?;
+    app.run(move |_, event| {
+        if let RunEvent::Exit = event {
+            // Ends a running answer cleanly so it is saved as stopped, not left mid-write.
+            chat.shutdown();
+        }
+    });
     Ok(())
 }
 
 /// Opens the window described in tauri.conf.json (`"create": false` there), keeping the
-/// webview's storage inside the data folder too.
+/// webview's storage inside the data folder, never navigating away from the bundled UI, and
+/// handling OS file drops in Rust.
 fn open_main_window(app: &App, data_dir: &DataDir) -> anyhow::Result<()> {
     let config = app
         .config()
@@ -58,9 +116,40 @@ fn open_main_window(app: &App, data_dir: &DataDir) -> anyhow::Result<()> {
         .iter()
         .find(|window| window.label == "main")
         .context("tauri.conf.json has no window labelled \"main\"")?;
-    WebviewWindowBuilder::from_config(app, config)?
+    let window = WebviewWindowBuilder::from_config(app, config)?
         .data_directory(data_dir.webview())
+        .on_navigation(is_bundled)
         .build()
         .context("could not open the main window")?;
+    let handle = app.handle().clone();
+    window.on_window_event(move |event| {
+        let WindowEvent::DragDrop(drop) = event else {
+            return;
+        };
+        match drop {
+            DragDropEvent::Enter { .. } => handle.dropped(&DropEvent::Hover { active: true }),
+            DragDropEvent::Leave => handle.dropped(&DropEvent::Hover { active: false }),
+            DragDropEvent::Drop { paths, .. } => {
+                handle.dropped(&DropEvent::Hover { active: false });
+                let (handle, paths) = (handle.clone(), paths.clone());
+                // Reading and checking files is off the event loop.
+                std::thread::spawn(move || {
+                    let state = handle.state::<AppState>();
+                    let added = state.attachments.add_dropped(&paths);
+                    handle.dropped(&added);
+                });
+            }
+            _ => {}
+        }
+    });
     Ok(())
+}
+
+/// The only pages the webview may show: the bundled UI (and the dev server in `tauri dev`).
+fn is_bundled(url: &tauri::Url) -> bool {
+    match url.scheme() {
+        "tauri" => true,
+        "http" | "https" => url.host_str() == Some("tauri.localhost"),
+        _ => false,
+    }
 }

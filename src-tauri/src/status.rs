@@ -7,40 +7,39 @@ use ts_rs::TS;
 
 use crate::data_dir::DataDir;
 use crate::error::Error;
+use crate::model_setup::ModelState;
 
 /// What the UI needs to choose between the first-run screen and the chat.
 #[derive(Debug, Serialize, TS)]
 #[serde(rename_all = "camelCase")]
 pub struct AppStatus {
-    /// The model ready to chat with; `null` until one is installed.
-    pub model: Option<InstalledModel>,
+    /// The model, loaded, loading, downloading or missing.
+    pub model: ModelState,
     /// Folder the user can put model folders into, shown on the first-run screen.
     pub models_dir: String,
     /// App version, from Cargo.toml.
     pub version: String,
+    /// "macos", "linux" or "windows": wording such as "this Mac" depends on it.
+    pub platform: String,
 }
 
-/// A model found in the models folder.
-#[derive(Debug, Serialize, TS)]
-#[serde(rename_all = "camelCase")]
-pub struct InstalledModel {
-    /// Human-readable name, e.g. "Gemma 4 E4B (4-bit)".
-    pub name: String,
-    /// Folder holding config.json, the tokenizer and the weights.
-    pub dir: String,
-}
-
-/// Reads the status, creating the models folder so the user can find it.
-pub fn read(data_dir: &DataDir) -> Result<AppStatus, Error> {
+/// Creates the models folder so the user can find it.
+pub fn ensure_models_dir(data_dir: &DataDir) -> Result<(), Error> {
     let models_dir = data_dir.models();
     fs::create_dir_all(&models_dir).map_err(|source| Error::CreateModelsDir {
         path: models_dir.clone(),
         source,
-    })?;
+    })
+}
+
+/// The status with `model` as it stands.
+pub fn read(data_dir: &DataDir, model: ModelState) -> Result<AppStatus, Error> {
+    ensure_models_dir(data_dir)?;
     Ok(AppStatus {
-        model: None,
-        models_dir: models_dir.display().to_string(),
+        model,
+        models_dir: data_dir.models().display().to_string(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
+        platform: std::env::consts::OS.to_owned(),
     })
 }
 
@@ -53,9 +52,9 @@ mod tests {
         let temp = tempfile::tempdir().unwrap();
         let data_dir = DataDir::new(temp.path().join("data"));
 
-        let status = read(&data_dir).unwrap();
+        let status = read(&data_dir, ModelState::None).unwrap();
 
-        assert!(status.model.is_none());
+        assert_eq!(status.model, ModelState::None);
         assert_eq!(status.models_dir, data_dir.models().display().to_string());
         assert!(data_dir.models().is_dir());
     }
@@ -67,21 +66,22 @@ mod tests {
         fs::write(&blocker, b"").unwrap();
         let data_dir = DataDir::new(blocker);
 
-        let err = read(&data_dir).unwrap_err();
+        let err = read(&data_dir, ModelState::None).unwrap_err();
 
         assert_eq!(err.kind(), crate::error::ErrorKind::Io);
         assert!(err.to_string().contains("not-a-folder"), "{err}");
     }
 
     #[test]
-    fn serializes_with_camel_case_fields_and_null_model() {
+    fn serializes_with_camel_case_fields_and_a_tagged_model_state() {
         let temp = tempfile::tempdir().unwrap();
-        let status = read(&DataDir::new(temp.path().to_path_buf())).unwrap();
+        let status = read(&DataDir::new(temp.path().to_path_buf()), ModelState::None).unwrap();
 
         let json = serde_json::to_value(&status).unwrap();
 
-        assert!(json["model"].is_null());
+        assert_eq!(json["model"]["state"], "none");
         assert!(json["modelsDir"].as_str().unwrap().ends_with("models"));
         assert_eq!(json["version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(json["platform"], std::env::consts::OS);
     }
 }

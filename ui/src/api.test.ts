@@ -69,7 +69,7 @@ describe("commands", () => {
 });
 
 describe("errors", () => {
-  const kinds: ErrorKind[] = ["io", "noModel", "modelInvalid", "busy", "notFound", "invalidInput", "contextFull", "download", "cancelled", "internal"];
+  const kinds: ErrorKind[] = ["io", "noModel", "modelInvalid", "busy", "notFound", "invalidInput", "contextFull", "internal"];
 
   it.each(kinds)("turns a backend %s error into an ApiError with its kind and message", async (kind) => {
     mockIPC(() => {

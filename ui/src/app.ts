@@ -467,8 +467,7 @@ export class App {
           message: `The answer was cut off at ${event.contextWindow.toLocaleString("en-US")} tokens.`,
         };
     } else {
-      const cancelled = event.error.kind === "cancelled";
-      answer = { text: live.text, status: cancelled ? "stopped" : "error", usage: null, error: cancelled ? null : event.error.message };
+      answer = { text: live.text, status: "error", usage: null, error: event.error.message };
       if (event.error.kind === "contextFull") this.contextFull = { conversationId: event.conversationId, message: event.error.message };
     }
     this.remember(event.messageId, answer);

@@ -2,4 +2,15 @@
 import type { CommandError } from "./CommandError";
 import type { Usage } from "./Usage";
 
-export type GenerationEvent = { "type": "delta", generationId: number, conversationId: string, messageId: string, delta: string, tokenCount: number, } | { "type": "done", generationId: number, conversationId: string, messageId: string, usage: Usage, contextWindow: number, } | { "type": "error", generationId: number, conversationId: string, messageId: string, error: CommandError, };
+/**
+ * How an answer is coming along.
+ */
+export type GenerationEvent = { "type": "delta", generationId: number, conversationId: string, messageId: string, delta: string, 
+/**
+ * Tokens generated so far.
+ */
+tokenCount: number, } | { "type": "done", generationId: number, conversationId: string, messageId: string, usage: Usage, 
+/**
+ * The context window the conversation was answered in.
+ */
+contextWindow: number, } | { "type": "error", generationId: number, conversationId: string, messageId: string, error: CommandError, };

@@ -4,4 +4,19 @@ import type { MessageStatus } from "./MessageStatus";
 import type { Role } from "./Role";
 import type { Usage } from "./Usage";
 
-export type Message = { id: string, conversationId: string, position: number, role: Role, text: string, status: MessageStatus, error: string | null, usage: Usage | null, createdAt: number, attachments: Array<Attachment>, };
+/**
+ * One message of a conversation.
+ */
+export type Message = { id: string, conversationId: string, 
+/**
+ * 0-based place in the conversation.
+ */
+position: number, role: Role, text: string, status: MessageStatus, 
+/**
+ * Why generation failed, for `MessageStatus::Error`.
+ */
+error: string | null, 
+/**
+ * Absent for user messages, unfinished answers, and usage rows this version cannot read.
+ */
+usage: Usage | null, createdAt: number, attachments: Array<Attachment>, };

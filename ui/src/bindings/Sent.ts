@@ -2,4 +2,15 @@
 import type { ConversationSummary } from "./ConversationSummary";
 import type { Message } from "./Message";
 
-export type Sent = { conversation: ConversationSummary, userMessage: Message, assistantMessageId: string, generationId: number, };
+/**
+ * What sending started.
+ */
+export type Sent = { conversation: ConversationSummary, 
+/**
+ * The message being answered.
+ */
+userMessage: Message, 
+/**
+ * The answer being written (status `streaming`).
+ */
+assistantMessageId: string, generationId: number, };

@@ -503,7 +503,9 @@ fn deleting_from_a_message_drops_it_and_everything_after_and_their_unused_files(
     store
         .add_message(&chat.id, Role::User, "one", &[(&first_image).into()])
         .unwrap();
-    store.add_message(&chat.id, Role::Assistant, "two", &[]).unwrap();
+    store
+        .add_message(&chat.id, Role::Assistant, "two", &[])
+        .unwrap();
     let third = store
         .add_message(
             &chat.id,
@@ -512,7 +514,9 @@ fn deleting_from_a_message_drops_it_and_everything_after_and_their_unused_files(
             &[(&first_image).into(), (&second_image).into()],
         )
         .unwrap();
-    store.add_message(&chat.id, Role::Assistant, "four", &[]).unwrap();
+    store
+        .add_message(&chat.id, Role::Assistant, "four", &[])
+        .unwrap();
 
     assert_eq!(store.delete_messages_from(&chat.id, &third.id).unwrap(), 2);
 
@@ -525,12 +529,20 @@ fn deleting_from_a_message_drops_it_and_everything_after_and_their_unused_files(
         .collect();
     assert_eq!(texts, ["one", "two"]);
     let attachments = dir.path().join(chats::ATTACHMENTS_DIR);
-    assert!(attachments.join(&first_image.file_name).is_file(), "still used by 'one'");
-    assert!(!attachments.join(&second_image.file_name).exists(), "no longer used");
+    assert!(
+        attachments.join(&first_image.file_name).is_file(),
+        "still used by 'one'"
+    );
+    assert!(
+        !attachments.join(&second_image.file_name).exists(),
+        "no longer used"
+    );
     let hits = store.search("three").unwrap();
     assert!(hits.is_empty(), "deleted text is not searchable: {hits:?}");
     // The next message takes the freed position.
-    let next = store.add_message(&chat.id, Role::User, "again", &[]).unwrap();
+    let next = store
+        .add_message(&chat.id, Role::User, "again", &[])
+        .unwrap();
     assert_eq!(next.position, 2);
 }
 

@@ -20,6 +20,9 @@ use image::metadata::Orientation;
 use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader};
 
 mod bicubic;
+mod thumbnail;
+
+pub use thumbnail::{thumbnail, Thumbnail};
 
 /// Largest accepted image, in decoded pixels. Covers 48-megapixel phone cameras.
 pub const MAX_PIXELS: u64 = 50_000_000;

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use gemma::{LoadOptions, Model};
 use serde::Serialize;
 
-use crate::generate::{generate, Delta, GenerateOptions, Images, Session, Usage};
+use crate::generate::{generate, Delta, GenerateError, GenerateOptions, Images, Session, Usage};
 use crate::image::Preprocessed;
 use crate::media::FeatureCache;
 use crate::template::expand_image_placeholders;
@@ -138,6 +138,13 @@ impl LoadedModel {
     }
 }
 
+/// What a loaded model can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// Whether it has a vision tower (and the tokens to place images in a prompt).
+    pub vision: bool,
+}
+
 /// A chat turn to answer.
 #[derive(Debug, Clone)]
 pub struct ChatRequest {
@@ -163,14 +170,27 @@ pub enum Event {
     #[serde(rename_all = "camelCase")]
     Done { generation_id: u64, usage: Usage },
     #[serde(rename_all = "camelCase")]
-    Error { generation_id: u64, message: String },
+    Error {
+        generation_id: u64,
+        message: String,
+        /// Set when the prompt did not fit the context window.
+        overflow: Option<ContextOverflow>,
+    },
+}
+
+/// A prompt that does not fit the context window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextOverflow {
+    pub prompt_tokens: usize,
+    pub context_window: usize,
 }
 
 enum Command {
     Load {
         dir: PathBuf,
         options: LoadOptions,
-        reply: Sender<Result<(), EngineError>>,
+        reply: Sender<Result<ModelInfo, EngineError>>,
     },
     Generate {
         id: u64,
@@ -207,8 +227,8 @@ impl Engine {
         }
     }
 
-    /// Loads a model folder (blocking until loaded or failed).
-    pub fn load(&self, dir: &Path, options: LoadOptions) -> Result<(), EngineError> {
+    /// Loads a model folder (blocking until loaded or failed), replacing any loaded one.
+    pub fn load(&self, dir: &Path, options: LoadOptions) -> Result<ModelInfo, EngineError> {
         let (reply, answer) = channel();
         self.commands
             .send(Command::Load {
@@ -284,7 +304,13 @@ fn run(inbox: Receiver<Command>, running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>
                 session = None;
                 loaded = None;
                 features = FeatureCache::new(16);
-                let result = LoadedModel::load(&dir, &options).map(|m| loaded = Some(m));
+                let result = LoadedModel::load(&dir, &options).map(|m| {
+                    let info = ModelInfo {
+                        vision: m.model.vision().is_some() && m.specials.image.is_some(),
+                    };
+                    loaded = Some(m);
+                    info
+                });
                 let _ = reply.send(result);
             }
             Command::Generate {
@@ -309,6 +335,16 @@ fn run(inbox: Receiver<Command>, running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>
                     }),
                     Err(e) => events(Event::Error {
                         generation_id: id,
+                        overflow: match e {
+                            EngineError::Generate(GenerateError::PromptTooLong {
+                                prompt,
+                                context,
+                            }) => Some(ContextOverflow {
+                                prompt_tokens: prompt,
+                                context_window: context,
+                            }),
+                            _ => None,
+                        },
                         message: e.to_string(),
                     }),
                 }

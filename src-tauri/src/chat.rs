@@ -1,0 +1,521 @@
+//! A chat turn end to end: the user's message is saved, the conversation is rendered for the
+//! engine, the answer streams to the UI and into the database as it is written, and ends
+//! complete, stopped or failed — never lost.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chats::{
+    Attachment, Conversation, ConversationSummary, Message, MessageStatus, Role, Store,
+    StreamWriter,
+};
+use engine::image::{preprocess_path, Preprocessed, SoftTokenBudget};
+use engine::template::{self, Part};
+use engine::worker::{ChatRequest, Engine, Event};
+use serde::{Deserialize, Serialize};
+use ts_rs::TS;
+
+use crate::attachments::Attachments;
+use crate::error::{context_full_message, CommandError, Error, ErrorKind};
+use crate::events::Events;
+use crate::model_setup::Models;
+use crate::settings::Settings;
+
+/// Longest conversation title made from the first message, in characters.
+const TITLE_CHARS: usize = 60;
+/// Preprocessed images kept for follow-up turns (each is a few MB of pixels).
+const IMAGE_CACHE: usize = 8;
+
+/// A message to send.
+#[derive(Debug, Clone, Deserialize, TS)]
+#[serde(rename_all = "camelCase")]
+pub struct SendRequest {
+    /// `null` starts a new conversation.
+    pub conversation_id: Option<String>,
+    pub text: String,
+    /// Ids of pending attachments, in the order to show them.
+    pub attachment_ids: Vec<String>,
+}
+
+/// What sending started.
+#[derive(Debug, Clone, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+pub struct Sent {
+    pub conversation: ConversationSummary,
+    /// The message being answered.
+    pub user_message: Message,
+    /// The answer being written (status `streaming`).
+    pub assistant_message_id: String,
+    #[ts(type = "number")]
+    pub generation_id: u64,
+}
+
+/// How an answer is coming along.
+#[derive(Debug, Clone, PartialEq, Serialize, TS)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum GenerationEvent {
+    /// New text of the answer.
+    #[serde(rename_all = "camelCase")]
+    Delta {
+        #[ts(type = "number")]
+        generation_id: u64,
+        conversation_id: String,
+        message_id: String,
+        delta: String,
+        /// Tokens generated so far.
+        #[ts(type = "number")]
+        token_count: u64,
+    },
+    /// The answer is finished (complete, at a limit, or stopped by the user).
+    #[serde(rename_all = "camelCase")]
+    Done {
+        #[ts(type = "number")]
+        generation_id: u64,
+        conversation_id: String,
+        message_id: String,
+        usage: chats::Usage,
+        /// The context window the conversation was answered in.
+        context_window: u32,
+    },
+    /// The answer failed; any text already written is kept.
+    #[serde(rename_all = "camelCase")]
+    Error {
+        #[ts(type = "number")]
+        generation_id: u64,
+        conversation_id: String,
+        message_id: String,
+        error: CommandError,
+    },
+}
+
+/// The generation in progress.
+#[derive(Debug, Clone)]
+struct Active {
+    generation_id: u64,
+    conversation_id: String,
+}
+
+/// Chat turns: one at a time, streamed, saved as they go.
+pub struct Chat {
+    store: Arc<Store>,
+    engine: Arc<Engine>,
+    models: Arc<Models>,
+    attachments: Arc<Attachments>,
+    events: Arc<dyn Events>,
+    active: Arc<Mutex<Option<Active>>>,
+    images: Mutex<HashMap<(String, u32), Arc<Preprocessed>>>,
+}
+
+impl Chat {
+    pub fn new(
+        store: Arc<Store>,
+        engine: Arc<Engine>,
+        models: Arc<Models>,
+        attachments: Arc<Attachments>,
+        events: Arc<dyn Events>,
+    ) -> Self {
+        Self {
+            store,
+            engine,
+            models,
+            attachments,
+            events,
+            active: Arc::default(),
+            images: Mutex::default(),
+        }
+    }
+
+    /// Saves the user's message (creating the conversation if needed) and starts the answer.
+    pub fn send(&self, request: SendRequest, settings: &Settings) -> Result<Sent, Error> {
+        let text = request.text.trim_end();
+        if text.trim().is_empty() && request.attachment_ids.is_empty() {
+            return Err(Error::Invalid(
+                "type a message or attach an image first".into(),
+            ));
+        }
+        self.check_can_start(&request.attachment_ids)?;
+        let attachments = self.attachments.resolve(&request.attachment_ids)?;
+        let conversation = match &request.conversation_id {
+            Some(id) => self.store.get_conversation(id)?.id,
+            None => self.store.create_conversation(&title_from(text))?.id,
+        };
+        let user_message = self
+            .store
+            .add_message(&conversation, Role::User, text, &attachments)?;
+        self.attachments.sent(&request.attachment_ids);
+        self.answer(&conversation, user_message, settings)
+    }
+
+    /// Answers the last user message again, replacing the answers after it.
+    pub fn regenerate(&self, conversation_id: &str, settings: &Settings) -> Result<Sent, Error> {
+        self.check_can_start(&[])?;
+        let conversation = self.store.get_conversation(conversation_id)?;
+        let last_user = last_user_message(&conversation)?;
+        if let Some(next) = conversation
+            .messages
+            .iter()
+            .find(|m| m.position > last_user.position)
+        {
+            self.store.delete_messages_from(conversation_id, &next.id)?;
+        }
+        self.answer(conversation_id, last_user, settings)
+    }
+
+    /// Replaces a user message's text (keeping its images), drops everything after it and
+    /// answers again.
+    pub fn edit(
+        &self,
+        conversation_id: &str,
+        message_id: &str,
+        text: &str,
+        settings: &Settings,
+    ) -> Result<Sent, Error> {
+        self.check_can_start(&[])?;
+        let conversation = self.store.get_conversation(conversation_id)?;
+        let original = conversation
+            .messages
+            .iter()
+            .find(|m| m.id == message_id)
+            .ok_or_else(|| Error::from(not_found("message", message_id)))?;
+        if original.role != Role::User {
+            return Err(Error::Invalid(
+                "only your own messages can be edited".into(),
+            ));
+        }
+        let text = text.trim_end();
+        if text.trim().is_empty() && original.attachments.is_empty() {
+            return Err(Error::Invalid("the edited message is empty".into()));
+        }
+        let images: Vec<chats::AttachmentInput> =
+            original.attachments.iter().map(attachment_input).collect();
+        self.store
+            .delete_messages_from(conversation_id, message_id)?;
+        let user_message = self
+            .store
+            .add_message(conversation_id, Role::User, text, &images)?;
+        self.answer(conversation_id, user_message, settings)
+    }
+
+    /// Asks a generation to stop; its answer is kept and marked stopped.
+    pub fn stop(&self, generation_id: u64) -> bool {
+        self.engine.cancel(generation_id)
+    }
+
+    /// Deletes a conversation, stopping its answer first if one is being written.
+    pub fn delete_conversation(&self, id: &str) -> Result<(), Error> {
+        if let Some(active) = lock(&self.active).clone() {
+            if active.conversation_id == id {
+                self.engine.cancel(active.generation_id);
+            }
+        }
+        Ok(self.store.delete_conversation(id)?)
+    }
+
+    /// Stops the answer being written (if any) and waits up to a second for it to be saved.
+    pub fn shutdown(&self) {
+        let Some(active) = lock(&self.active).clone() else {
+            return;
+        };
+        self.engine.cancel(active.generation_id);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while self.is_busy() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    /// Whether an answer is being written.
+    pub fn is_busy(&self) -> bool {
+        lock(&self.active).is_some()
+    }
+
+    fn check_can_start(&self, attachment_ids: &[String]) -> Result<(), Error> {
+        if self.is_busy() {
+            return Err(Error::Busy);
+        }
+        match self.models.state() {
+            crate::model_setup::ModelState::Ready { vision, .. } => {
+                if !vision && !attachment_ids.is_empty() {
+                    return Err(Error::Invalid(
+                        "this model cannot see images; remove the attachments to send".into(),
+                    ));
+                }
+                Ok(())
+            }
+            _ => Err(Error::NoModel),
+        }
+    }
+
+    /// Starts answering `conversation_id`, whose last message is `user_message`.
+    fn answer(
+        &self,
+        conversation_id: &str,
+        user_message: Message,
+        settings: &Settings,
+    ) -> Result<Sent, Error> {
+        let conversation = self.store.get_conversation(conversation_id)?;
+        let budget = settings.image_budget()?;
+        let (messages, attachments) = engine_messages(&conversation, &settings.system_prompt);
+        let images = attachments
+            .iter()
+            .map(|a| self.preprocessed(a, budget))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let request = ChatRequest {
+            conversation: conversation_id.to_owned(),
+            messages,
+            images,
+            thinking: settings.thinking,
+            options: settings.generate_options(),
+        };
+        let mut writer = Some(StreamWriter::begin(self.store.clone(), conversation_id)?);
+        let message_id = writer
+            .as_ref()
+            .map(|w| w.message_id().to_owned())
+            .unwrap_or_default();
+        let mut active = lock(&self.active);
+        if active.is_some() {
+            drop(active);
+            if let Some(writer) = writer {
+                let _ = writer.finish(
+                    MessageStatus::Error,
+                    None,
+                    Some("another answer was started"),
+                );
+            }
+            return Err(Error::Busy);
+        }
+        let events = self.events.clone();
+        let finished = self.active.clone();
+        let ids = (conversation_id.to_owned(), message_id.clone());
+        let context_window = settings.context_length;
+        let on_event = move |event: Event| {
+            let (conversation_id, message_id) = (ids.0.clone(), ids.1.clone());
+            match event {
+                Event::Delta {
+                    generation_id,
+                    delta,
+                    token_count,
+                } => {
+                    // A failed write (the conversation was deleted) stops saving, not streaming.
+                    if writer.as_mut().is_some_and(|w| w.push(&delta).is_err()) {
+                        writer = None;
+                    }
+                    events.generation(&GenerationEvent::Delta {
+                        generation_id,
+                        conversation_id,
+                        message_id,
+                        delta,
+                        token_count: token_count as u64,
+                    });
+                }
+                Event::Done {
+                    generation_id,
+                    usage,
+                } => {
+                    let usage = stored_usage(&usage);
+                    let status = match usage.stop_reason {
+                        chats::StopReason::Cancelled => MessageStatus::Stopped,
+                        _ => MessageStatus::Complete,
+                    };
+                    if let Some(writer) = writer.take() {
+                        let _ = writer.finish(status, Some(&usage), None);
+                    }
+                    *lock(&finished) = None;
+                    events.generation(&GenerationEvent::Done {
+                        generation_id,
+                        conversation_id,
+                        message_id,
+                        usage,
+                        context_window,
+                    });
+                }
+                Event::Error {
+                    generation_id,
+                    message,
+                    overflow,
+                } => {
+                    let error = match overflow {
+                        Some(o) => CommandError {
+                            kind: ErrorKind::ContextFull,
+                            message: context_full_message(o.prompt_tokens, o.context_window),
+                        },
+                        None => CommandError {
+                            kind: ErrorKind::Internal,
+                            message,
+                        },
+                    };
+                    if let Some(writer) = writer.take() {
+                        let _ = writer.finish(MessageStatus::Error, None, Some(&error.message));
+                    }
+                    *lock(&finished) = None;
+                    events.generation(&GenerationEvent::Error {
+                        generation_id,
+                        conversation_id,
+                        message_id,
+                        error,
+                    });
+                }
+            }
+        };
+        // Registered before the engine can finish, so a fast answer cannot clear it first.
+        let generation_id = self.engine.generate(request, on_event)?;
+        *active = Some(Active {
+            generation_id,
+            conversation_id: conversation_id.to_owned(),
+        });
+        drop(active);
+        let summary = self
+            .store
+            .list_conversations()?
+            .into_iter()
+            .find(|c| c.id == conversation_id)
+            .ok_or_else(|| Error::from(not_found("conversation", conversation_id)))?;
+        Ok(Sent {
+            conversation: summary,
+            user_message,
+            assistant_message_id: message_id,
+            generation_id,
+        })
+    }
+
+    /// An attachment's pixels for `budget`, decoded once per conversation of use.
+    fn preprocessed(
+        &self,
+        attachment: &Attachment,
+        budget: SoftTokenBudget,
+    ) -> Result<Arc<Preprocessed>, Error> {
+        let key = (attachment.hash.clone(), budget.tokens() as u32);
+        if let Some(image) = lock(&self.images).get(&key) {
+            return Ok(image.clone());
+        }
+        let path = self.store.attachment_path(&attachment.id)?;
+        let image = Arc::new(preprocess_path(&path, budget)?);
+        let mut images = lock(&self.images);
+        if images.len() >= IMAGE_CACHE {
+            images.clear();
+        }
+        images.insert(key, image.clone());
+        Ok(image)
+    }
+}
+
+/// The conversation as the template takes it (images before the text of their message, as
+/// Gemma was trained), and the attachments in the order their placeholders appear. Failed
+/// answers with no text and answers still streaming are left out.
+fn engine_messages(
+    conversation: &Conversation,
+    system_prompt: &str,
+) -> (Vec<template::Message>, Vec<Attachment>) {
+    let mut messages = Vec::new();
+    let mut attachments = Vec::new();
+    if !system_prompt.trim().is_empty() {
+        messages.push(template::Message::text(
+            template::Role::System,
+            system_prompt.trim(),
+        ));
+    }
+    for message in &conversation.messages {
+        let role = match message.role {
+            Role::System => template::Role::System,
+            Role::User => template::Role::User,
+            Role::Assistant => template::Role::Assistant,
+        };
+        let usable = match message.status {
+            MessageStatus::Complete | MessageStatus::Stopped => true,
+            MessageStatus::Error => !message.text.is_empty(),
+            MessageStatus::Streaming => false,
+        };
+        if !usable {
+            continue;
+        }
+        let mut parts: Vec<Part> = Vec::new();
+        if role == template::Role::User {
+            for attachment in &message.attachments {
+                parts.push(Part::Image);
+                attachments.push(attachment.clone());
+            }
+        }
+        if !message.text.is_empty() || parts.is_empty() {
+            parts.push(Part::Text {
+                text: message.text.clone(),
+            });
+        }
+        messages.push(template::Message::new(role, parts));
+    }
+    (messages, attachments)
+}
+
+fn last_user_message(conversation: &Conversation) -> Result<Message, Error> {
+    conversation
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .cloned()
+        .ok_or_else(|| Error::Invalid("there is no message to answer again".into()))
+}
+
+fn attachment_input(attachment: &Attachment) -> chats::AttachmentInput {
+    chats::AttachmentInput {
+        hash: attachment.hash.clone(),
+        mime: attachment.mime.clone(),
+        width: attachment.width,
+        height: attachment.height,
+    }
+}
+
+/// A title from the first message: its first line, whitespace collapsed, cut at a word.
+fn title_from(text: &str) -> String {
+    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let mut title = String::new();
+    for word in words {
+        if title.chars().count() + word.chars().count() + 1 > TITLE_CHARS {
+            if title.is_empty() {
+                title = word.chars().take(TITLE_CHARS).collect();
+            }
+            title.push('…');
+            break;
+        }
+        if !title.is_empty() {
+            title.push(' ');
+        }
+        title.push_str(word);
+    }
+    if title.is_empty() {
+        "Image".to_owned()
+    } else {
+        title
+    }
+}
+
+fn stored_usage(usage: &engine::generate::Usage) -> chats::Usage {
+    use engine::generate::StopReason as Engine;
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    chats::Usage {
+        prompt_tokens: count(usage.prompt_tokens),
+        reused_tokens: count(usage.reused_tokens),
+        generated_tokens: count(usage.generated_tokens),
+        time_to_first_token_ms: usage.time_to_first_token_ms,
+        prefill_tokens_per_second: usage.prefill_tokens_per_second,
+        decode_tokens_per_second: usage.decode_tokens_per_second,
+        stop_reason: match usage.stop_reason {
+            Engine::EndOfTurn => chats::StopReason::EndOfTurn,
+            Engine::MaxTokens => chats::StopReason::MaxTokens,
+            Engine::ContextFull => chats::StopReason::ContextFull,
+            Engine::Cancelled => chats::StopReason::Cancelled,
+        },
+    }
+}
+
+fn not_found(what: &'static str, id: &str) -> chats::Error {
+    chats::Error::NotFound {
+        what,
+        id: id.to_owned(),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
