@@ -208,7 +208,7 @@ fn image_rows_to_prefill(
 
 /// Generates an answer to `prompt` (already templated and tokenized, media expanded), reusing
 /// the session's cache for the shared prefix. Calls `on_delta` for every token; checks `cancel`
-/// between tokens.
+/// between prefill chunks and between tokens.
 #[allow(clippy::too_many_arguments)]
 pub fn generate(
     model: &Model,
@@ -244,7 +244,18 @@ pub fn generate(
             features: f,
         })
         .collect();
-    let logits = prefill(model, session, new, &media, options.prefill_chunk)?;
+    let Some(logits) = prefill(model, session, new, &media, options.prefill_chunk, cancel)? else {
+        // Stopped during a long prefill: what was prefilled stays cached for the next turn.
+        return Ok(Usage {
+            prompt_tokens: prompt.len(),
+            reused_tokens: reused,
+            generated_tokens: 0,
+            time_to_first_token_ms: 0.0,
+            prefill_tokens_per_second: 0.0,
+            decode_tokens_per_second: 0.0,
+            stop_reason: StopReason::Cancelled,
+        });
+    };
     let mut sampler = Sampler::new(options.sampler.clone())?;
     let penalize = options.sampler.repetition_penalty.is_some();
     let mut history = if penalize {
@@ -329,18 +340,23 @@ pub fn generate(
     })
 }
 
-/// Feeds `new` prompt tokens in chunks; returns the last position's logits `[1, vocab]`.
+/// Feeds `new` prompt tokens in chunks; returns the last position's logits `[1, vocab]`, or
+/// `None` when `cancel` was set between chunks.
 fn prefill(
     model: &Model,
     session: &mut Session,
     new: &[u32],
     media: &[MediaFeatures<'_>],
     chunk: usize,
-) -> Result<Array> {
+    cancel: &AtomicBool,
+) -> Result<Option<Array>> {
     let chunk = chunk.max(1);
     let mut logits = None;
     let mut done = 0;
     while done < new.len() {
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
         let end = (done + chunk).min(new.len());
         let part = &new[done..end];
         // Media rows for the placeholders inside this chunk.
@@ -367,5 +383,5 @@ fn prefill(
         logits = Some(out);
         done = end;
     }
-    logits.ok_or(GenerateError::EmptyPrompt)
+    logits.map(Some).ok_or(GenerateError::EmptyPrompt)
 }

@@ -373,3 +373,35 @@ fn a_follow_up_about_an_image_reuses_its_features_and_its_cache() {
         .to_string();
     assert!(error.contains('1') && error.contains('0'), "{error}");
 }
+
+#[test]
+fn a_stop_during_prefill_ends_before_any_token() {
+    let m = LoadedModel::load(&fixture(), &LoadOptions::default()).unwrap();
+    let prompt = m
+        .prompt_ids(&[Message::text(Role::User, "word ".repeat(300))], false)
+        .unwrap();
+    let mut session = Session::new(&m.model);
+    // Set before the first chunk: the flag is read between prefill chunks, not only between tokens.
+    let cancel = AtomicBool::new(true);
+    let mut deltas = 0;
+
+    let usage = generate(
+        &m.model,
+        &mut session,
+        &prompt,
+        None,
+        &m.tokenizer,
+        &m.specials,
+        &GenerateOptions {
+            prefill_chunk: 64,
+            ..greedy(8)
+        },
+        &cancel,
+        |_| deltas += 1,
+    )
+    .unwrap();
+
+    assert_eq!(usage.stop_reason, StopReason::Cancelled);
+    assert_eq!((usage.generated_tokens, deltas), (0, 0));
+    assert!(session.tokens().is_empty(), "nothing was prefilled");
+}
