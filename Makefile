@@ -125,3 +125,26 @@ app:
 lint: ui
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
+
+# ---------------------------------------------------------------- fuzzing (not part of `make test`)
+# Each cargo-fuzz target (fuzz/fuzz_targets/) runs FUZZ_SECONDS under libFuzzer on nightly Rust,
+# starting from fuzz/seeds/<target>; new inputs go to fuzz/corpus/<target>, crashes to
+# fuzz/artifacts/<target> (and fail the run).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := safetensors_header weights_index model_config chat_template image_decode
+CARGO_FUZZ := $(DEPS)/cargo/bin/cargo-fuzz
+
+.PHONY: fuzz cargo-fuzz
+cargo-fuzz: $(CARGO_FUZZ)
+$(CARGO_FUZZ):
+	cargo install -q cargo-fuzz --version 0.13.2 --locked --root $(DEPS)/cargo
+
+fuzz: system-deps mlx-wheel cargo-fuzz
+	@rustup toolchain list | grep -q '^nightly' || { echo "Fuzzing needs nightly Rust. Install it with: rustup toolchain install nightly"; exit 1; }
+	cd fuzz && PATH=$(DEPS)/cargo/bin:$$PATH cargo +nightly fuzz build
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  mkdir -p corpus/$$t seeds/$$t; \
+	  echo "== $$t ($(FUZZ_SECONDS) s)"; \
+	  PATH=$(DEPS)/cargo/bin:$$PATH cargo +nightly fuzz run $$t corpus/$$t seeds/$$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 || exit 1; \
+	done
