@@ -1,0 +1,344 @@
+"""The mlx-vlm side of the benchmark: one process = one repetition of every scenario.
+
+    reference_worker.py prepare --model DIR --out PLAN.json [--prefill 512,2048] [--decode 128]
+                                [--decode-prompt 512] [--conversation 2000] [--answer 16]
+                                [--image-size 960x672]
+    reference_worker.py run --plan PLAN.json
+
+`prepare` writes the plan both engines execute: token ids of every prompt (so both sides see
+exactly the same ids), the benchmark image, and the follow-up turn. `run` loads mlx-vlm, runs the
+plan the way a user of mlx-vlm would (`load`, `stream_generate`, `PromptCacheState`), and prints
+one JSON object on stdout. Timings are wall-clock, taken here around mlx-vlm's public calls.
+"""
+
+import argparse
+import gc
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE.parent / "tests" / "fixtures" / "corpus.txt"
+QUESTION = "What is in this picture? Answer in one sentence."
+FOLLOW_UP = "Thank you. Can you say that again in one short sentence?"
+
+warnings.filterwarnings("ignore", message="At least one mel filter has all zero values")
+
+
+def peak_rss_bytes() -> int:
+    """The process's high-water resident set (VmHWM), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# ---------------------------------------------------------------------------------- prepare
+def corpus_ids(tokenizer, count: int) -> list[int]:
+    """`count` ids of ordinary text (the fixture corpus, repeated), without specials."""
+    text = CORPUS.read_text()
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    out = []
+    while len(out) < count:
+        out.extend(ids)
+    return out[:count]
+
+
+def conversation(processor, target: int) -> tuple[list[dict], list[int]]:
+    """A chat of alternating turns from the corpus, rendered with the checkpoint's template,
+    grown until it holds at least `target` tokens (generation prompt included)."""
+    lines = [line.strip() for line in CORPUS.read_text().splitlines() if line.strip()]
+    paragraphs = [" ".join(lines[i : i + 2]) for i in range(0, len(lines), 2)]
+    messages = [{"role": "system", "content": "You are a helpful assistant."}]
+    k = 0
+    while True:
+        question = paragraphs[k % len(paragraphs)]
+        answer = paragraphs[(k + 1) % len(paragraphs)]
+        messages.append({"role": "user", "content": f"Please read this and comment: {question}"})
+        ids = render(processor, messages)
+        if len(ids) >= target:
+            return messages, ids
+        messages.append({"role": "assistant", "content": answer})
+        k += 2
+
+
+def render(processor, messages: list[dict], generation_prompt: bool = True) -> list[int]:
+    text = processor.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
+    return list(processor.tokenizer.encode(text, add_special_tokens=False))
+
+
+def make_image(path: Path, width: int, height: int) -> None:
+    """A deterministic picture: gradients, a disc and some noise (PNG)."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    y, x = np.mgrid[0:height, 0:width]
+    pixels = np.stack([x * 255 // max(width - 1, 1), y * 255 // max(height - 1, 1), (x + y) % 256], axis=-1)
+    noise = np.random.default_rng(7).integers(0, 24, size=pixels.shape)
+    image = Image.fromarray(((pixels + noise) % 256).astype("uint8"))
+    ImageDraw.Draw(image).ellipse((width // 4, height // 4, width // 2, height // 2), fill=(240, 200, 40))
+    image.save(path)
+
+
+def cmd_prepare(args) -> None:
+    from mlx_vlm.models.gemma4 import Gemma4Processor
+
+    processor = Gemma4Processor.from_pretrained(str(args.model))
+    config = json.loads((args.model / "config.json").read_text())
+    bos = config["text_config"].get("bos_token_id", config.get("bos_token_id", 2))
+    bos = bos[0] if isinstance(bos, list) else bos
+
+    def prompt(n: int) -> list[int]:
+        return [bos] + corpus_ids(processor.tokenizer, n - 1)
+
+    width, height = (int(v) for v in args.image_size.lower().split("x"))
+    image = args.out.with_suffix(".png")
+    make_image(image, width, height)
+    from PIL import Image
+
+    _, soft_tokens = processor.image_processor([Image.open(image).convert("RGB")], max_soft_tokens=args.image_budget)
+
+    _, turn1 = conversation(processor, args.conversation)
+    suffix_text = f"<turn|>\n<|turn>user\n{FOLLOW_UP}<turn|>\n<|turn>model\n"
+    suffix = list(processor.tokenizer.encode(suffix_text, add_special_tokens=False))
+    plan = {
+        "model": str(args.model.resolve()),
+        "warmup": {"ids": prompt(min(64, args.decode_prompt)), "tokens": 4},
+        "prefill": [{"tokens": n, "ids": prompt(n)} for n in args.prefill],
+        "decode": {"ids": prompt(args.decode_prompt), "tokens": args.decode},
+        "image": {
+            "path": str(image.resolve()),
+            "question": QUESTION,
+            "budget": args.image_budget,
+            "soft_tokens": int(soft_tokens[0]),
+            "warmup": not args.no_image_warmup,
+        },
+        "followup": {"turn1": turn1, "answer_tokens": args.answer, "suffix": suffix},
+    }
+    args.out.write_text(json.dumps(plan))
+    print(
+        json.dumps(
+            {
+                "prefill": args.prefill,
+                "decode_prompt": args.decode_prompt,
+                "decode": args.decode,
+                "image_soft_tokens": int(soft_tokens[0]),
+                "conversation_tokens": len(turn1),
+                "follow_up_tokens": len(suffix),
+            }
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------- run
+class NeverStop:
+    """Stopping criteria that never fire: end-of-sequence is disabled while timing."""
+
+    def __call__(self, token) -> bool:
+        return False
+
+    def reset(self, *args, **kwargs) -> None:
+        pass
+
+    def add_eos_token_ids(self, *args, **kwargs) -> None:
+        pass
+
+
+def timed_generation(stream, start: float | None = None) -> tuple[list[float], list[int], object]:
+    """Consumes a `stream_generate` iterator (which does its work lazily, on iteration); returns
+    each token's arrival time in seconds after `start` (default: now), the ids and the last result."""
+    start = time.perf_counter() if start is None else start
+    times, tokens, last = [], [], None
+    for last in stream:
+        if last.token is not None:
+            times.append(time.perf_counter() - start)
+            tokens.append(int(last.token))
+    return times, tokens, last
+
+
+def decode_profile(mx, model, prompt: list[int], steps: int) -> dict:
+    """Where a decode step's time goes (median ms per token): building the graph in Python,
+    dispatching it (`mx.async_eval`), waiting for the previous token. Pipelined like mlx-vlm."""
+    from mlx_vlm.models import cache as cache_lib
+
+    lm = model.language_model
+    cache = cache_lib.make_prompt_cache(lm)
+    logits = lm(mx.array([prompt]), cache=cache, logits_to_keep=1).logits[:, -1, :]
+    y = mx.argmax(logits, axis=-1)
+    mx.async_eval(y)
+    build, dispatch, wait = [], [], []
+    start = time.perf_counter()
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        logits = lm(y[None], cache=cache).logits[:, -1, :]
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        nxt = mx.argmax(logprobs, axis=-1)
+        t1 = time.perf_counter()
+        mx.async_eval(nxt)
+        t2 = time.perf_counter()
+        y.item()
+        t3 = time.perf_counter()
+        build.append((t1 - t0) * 1e3)
+        dispatch.append((t2 - t1) * 1e3)
+        wait.append((t3 - t2) * 1e3)
+        y = nxt
+    total = (time.perf_counter() - start) * 1e3 / steps
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    return {"steps": steps, "build_ms": med(build), "dispatch_ms": med(dispatch), "wait_ms": med(wait),
+            "per_token_ms": total}
+
+
+def step_graph(mx, model, prompt: list[int]) -> dict:
+    """Primitives MLX evaluates for one decode step (token and cache updates), by kind."""
+    import collections
+    import os
+    import tempfile
+
+    from mlx_vlm.models import cache as cache_lib
+
+    lm = model.language_model
+    cache = cache_lib.make_prompt_cache(lm)
+    logits = lm(mx.array([prompt]), cache=cache, logits_to_keep=1).logits[:, -1, :]
+    y = mx.argmax(logits, axis=-1)
+    mx.eval(y, [c.state for c in cache])
+    logits = lm(y[None], cache=cache).logits[:, -1, :]
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    nxt = mx.argmax(logprobs, axis=-1)
+    fd, path = tempfile.mkstemp(suffix=".dot")
+    os.close(fd)
+    mx.export_to_dot(path, nxt, *[a for c in cache for a in c.state])
+    kinds = collections.Counter()
+    for line in Path(path).read_text().splitlines():
+        if "shape=rectangle" in line:
+            kinds[line.split('label ="')[1].split('"')[0]] += 1
+    os.remove(path)
+    mx.eval(nxt)
+    return {"primitives": sum(kinds.values()), "kinds": dict(sorted(kinds.items()))}
+
+
+def cmd_run(args) -> None:
+    import mlx.core as mx
+    from mlx_vlm import load, stream_generate
+    from mlx_vlm.generate import PromptCacheState
+    from mlx.utils import tree_map
+    from mlx_vlm.prompt_utils import apply_chat_template
+
+    plan = json.loads(args.plan.read_text())
+    model_dir = plan["model"]
+    result = {"engine": "mlx-vlm", "device": str(mx.default_device())}
+
+    def timed_load():
+        start = time.perf_counter()
+        model, processor = load(model_dir)
+        if args.dtype:
+            # As tests/parity/reference.py: every floating parameter (scales and biases too).
+            target = getattr(mx, args.dtype)
+            model.update(
+                tree_map(lambda a: a.astype(target) if mx.issubdtype(a.dtype, mx.floating) else a, model.parameters())
+            )
+            mx.eval(model.parameters())
+        return model, processor, time.perf_counter() - start
+
+    model, processor, result["load_cold_s"] = timed_load()
+    del model, processor
+    gc.collect()
+    mx.clear_cache()
+    model, processor, result["load_warm_s"] = timed_load()
+    result["dtype"] = str(model.language_model.model.norm.weight.dtype).replace("mlx.core.", "")
+    processor.tokenizer.stopping_criteria = NeverStop()
+
+    def generate(ids: list[int], max_tokens: int, **kwargs):
+        return timed_generation(
+            stream_generate(
+                model,
+                processor,
+                "",
+                input_ids=mx.array([ids], dtype=mx.int32),
+                max_tokens=max_tokens,
+                temperature=0.0,
+                **kwargs,
+            )
+        )
+
+    warm = plan["warmup"]
+    generate(warm["ids"], warm["tokens"])
+    image = plan["image"]
+    # The budget the processor config would set (mlx-vlm forwards no max_soft_tokens argument).
+    processor.image_processor.max_soft_tokens = image["budget"]
+
+    def ask_image(start: float):
+        prompt = apply_chat_template(processor, model.config, image["question"], num_images=1)
+        stream = stream_generate(model, processor, prompt, image=[image["path"]], max_tokens=1, temperature=0.0)
+        return timed_generation(stream, start)
+
+    if image["warmup"]:
+        ask_image(time.perf_counter())
+
+    result["prefill"] = []
+    for case in plan["prefill"]:
+        times, _, _ = generate(case["ids"], 1)
+        result["prefill"].append({"tokens": case["tokens"], "ttft_s": times[0]})
+
+    decode = plan["decode"]
+    times, tokens, _ = generate(decode["ids"], decode["tokens"])
+    result["decode"] = {
+        "tokens": len(tokens),
+        "ttft_s": times[0],
+        "decode_s": times[-1] - times[0],
+        "ids": tokens,
+    }
+
+    result["decode_profile"] = decode_profile(mx, model, decode["ids"], min(decode["tokens"], 64))
+    result["decode_graph"] = step_graph(mx, model, decode["ids"])
+
+    # From the request (question text + image path) to the first token, preprocessing included.
+    times, _, last = ask_image(time.perf_counter())
+    result["image"] = {"ttft_s": times[0], "prompt_tokens": int(last.prompt_tokens)}
+
+    follow = plan["followup"]
+    state = PromptCacheState()
+    _, answer, _ = generate(follow["turn1"], follow["answer_tokens"], prompt_cache_state=state)
+    turn2 = follow["turn1"] + answer + follow["suffix"]
+    times, _, last = generate(turn2, 1, prompt_cache_state=state)
+    result["followup"] = {
+        "ttft_s": times[0],
+        "prompt_tokens": len(turn2),
+        "reused_tokens": int(last.cached_tokens or 0),
+    }
+    mx.synchronize()
+    result["peak_rss_bytes"] = peak_rss_bytes()
+    result["mlx_peak_bytes"] = int(mx.get_peak_memory())
+    json.dump(result, sys.stdout)
+    print()
+
+
+def main(argv: list[str] | None = None) -> None:
+    root = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = root.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="write the plan both engines run")
+    p.add_argument("--model", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--prefill", type=lambda s: [int(v) for v in s.split(",")], default=[512, 2048])
+    p.add_argument("--decode", type=int, default=128, help="tokens to generate when timing decode")
+    p.add_argument("--decode-prompt", type=int, default=512, help="prompt tokens before the decode")
+    p.add_argument("--conversation", type=int, default=2000, help="tokens of the chat before the follow-up")
+    p.add_argument("--answer", type=int, default=16, help="tokens answered before the follow-up")
+    p.add_argument("--image-size", default="960x672", help="WIDTHxHEIGHT (960x672 gives 280 soft tokens)")
+    p.add_argument("--image-budget", type=int, default=280, choices=[70, 140, 280, 560, 1120],
+                   help="max soft tokens per image")
+    p.add_argument("--no-image-warmup", action="store_true", help="no uncounted image request first")
+    p.set_defaults(run=cmd_prepare)
+    p = sub.add_parser("run", help="run the plan with mlx-vlm, print JSON")
+    p.add_argument("--plan", required=True, type=Path)
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], help="cast every float parameter after loading")
+    p.set_defaults(run=cmd_run)
+    args = root.parse_args(argv)
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,400 @@
+//! `gemma-desk-bench`: our side of the benchmark against mlx-vlm (`bench/bench.py` drives both).
+//!
+//! One process runs one repetition of the plan written by `bench/reference_worker.py prepare`
+//! (the same token ids the reference gets) and prints one JSON object: load time with a cold
+//! and a warm page cache, time to first token of each prefill, decode timings, image and
+//! follow-up time to first token, peak RSS and MLX's peak memory. End of sequence is disabled,
+//! sampling is greedy, and each measurement is wall-clock around the engine's public API.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::{Parser, ValueEnum};
+use serde::Deserialize;
+use serde_json::json;
+
+use engine::generate::{generate, GenerateOptions, Session};
+use engine::image::{preprocess_path, SoftTokenBudget};
+use engine::media::FeatureCache;
+use engine::sampler::{Sampler, SamplerConfig};
+use engine::template::{Message, Part, Role};
+use engine::worker::LoadedModel;
+use gemma::LoadOptions;
+use mlx_rs::transforms::async_eval;
+use mlx_rs::{Array, Dtype};
+
+#[derive(Parser)]
+#[command(
+    name = "gemma-desk-bench",
+    about = "Run one repetition of the benchmark plan with our engine; prints JSON"
+)]
+struct Cli {
+    /// The plan (`bench/reference_worker.py prepare` writes it).
+    #[arg(long)]
+    plan: PathBuf,
+    /// Compute dtype (default: the engine's choice for this device).
+    #[arg(long, value_enum)]
+    dtype: Option<DtypeArg>,
+    /// Prompt positions per prefill forward (default: the engine's).
+    #[arg(long)]
+    prefill_chunk: Option<usize>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DtypeArg {
+    Bfloat16,
+    Float32,
+}
+
+#[derive(Deserialize)]
+struct Plan {
+    model: PathBuf,
+    warmup: Generation,
+    prefill: Vec<Prefill>,
+    decode: Generation,
+    image: ImageCase,
+    followup: FollowUp,
+}
+
+#[derive(Deserialize)]
+struct Generation {
+    ids: Vec<u32>,
+    tokens: usize,
+}
+
+#[derive(Deserialize)]
+struct Prefill {
+    tokens: usize,
+    ids: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+struct ImageCase {
+    path: PathBuf,
+    question: String,
+    /// Max soft tokens (the processor's default, 280, unless the plan lowers it).
+    budget: usize,
+    warmup: bool,
+}
+
+#[derive(Deserialize)]
+struct FollowUp {
+    turn1: Vec<u32>,
+    answer_tokens: usize,
+    suffix: Vec<u32>,
+}
+
+/// Token ids of one generation and when each arrived (seconds after the call began).
+struct Timed {
+    ids: Vec<u32>,
+    times: Vec<f64>,
+    reused: usize,
+}
+
+struct Bench {
+    loaded: LoadedModel,
+    options: GenerateOptions,
+}
+
+impl Bench {
+    fn generate(&self, session: &mut Session, ids: &[u32], max_tokens: usize) -> Result<Timed> {
+        let options = GenerateOptions {
+            max_tokens,
+            ..self.options.clone()
+        };
+        let cancel = AtomicBool::new(false);
+        let start = Instant::now();
+        let mut timed = Timed {
+            ids: Vec::new(),
+            times: Vec::new(),
+            reused: 0,
+        };
+        let m = &self.loaded;
+        let usage = generate(
+            &m.model,
+            session,
+            ids,
+            None,
+            &m.tokenizer,
+            &m.specials,
+            &options,
+            &cancel,
+            |delta| {
+                if let Some(id) = delta.token {
+                    timed.times.push(start.elapsed().as_secs_f64());
+                    timed.ids.push(id);
+                }
+            },
+        )?;
+        timed.reused = usage.reused_tokens;
+        Ok(timed)
+    }
+
+    /// From the request (question text + image path) to the first token.
+    fn image_ttft(&self, case: &ImageCase) -> Result<(f64, usize)> {
+        let m = &self.loaded;
+        let start = Instant::now();
+        let budget = SoftTokenBudget::try_from(case.budget)?;
+        let image = Arc::new(preprocess_path(&case.path, budget)?);
+        let messages = [Message::new(
+            Role::User,
+            vec![
+                Part::Image,
+                Part::Text {
+                    text: case.question.clone(),
+                },
+            ],
+        )];
+        let ids = m.prompt_ids_with_images(&messages, false, std::slice::from_ref(&image))?;
+        let mut cache = FeatureCache::new(1);
+        let mut session = Session::new(&m.model);
+        let options = GenerateOptions {
+            max_tokens: 1,
+            ..self.options.clone()
+        };
+        let cancel = AtomicBool::new(false);
+        let mut first = None;
+        m.generate_with_images(
+            &mut session,
+            &ids,
+            &[image],
+            &mut cache,
+            &options,
+            &cancel,
+            |_| {
+                first.get_or_insert_with(|| start.elapsed().as_secs_f64());
+            },
+        )?;
+        Ok((first.context("no token was generated")?, ids.len()))
+    }
+}
+
+/// Where a decode step's time goes, per token (median milliseconds): building the graph in
+/// Rust, dispatching it (`async_eval`: MLX encodes every primitive on this thread), and waiting
+/// for the previous token while the device works. Steps are pipelined as in `generate`.
+fn decode_profile(model: &gemma::Model, prompt: &[u32], steps: usize) -> Result<serde_json::Value> {
+    let mut caches = model.new_caches();
+    let logits = model.forward(prompt, &[], &mut caches, Some(1))?;
+    let mut sampler = Sampler::new(SamplerConfig::greedy())?;
+    let none = Array::from_slice::<u32>(&[], &[0]);
+    let mut y = sampler.sample(&logits, &none)?;
+    async_eval([&y])?;
+    let (mut build, mut dispatch, mut wait) = (Vec::new(), Vec::new(), Vec::new());
+    let start = Instant::now();
+    for _ in 0..steps {
+        let t0 = Instant::now();
+        let logits = model.forward_array(&y.reshape(&[1])?, &mut caches, None)?;
+        let next = sampler.sample(&logits, &none)?;
+        let t1 = Instant::now();
+        async_eval([&next])?;
+        let t2 = Instant::now();
+        y.try_item_exact::<u32>()?;
+        let t3 = Instant::now();
+        build.push((t1 - t0).as_secs_f64() * 1e3);
+        dispatch.push((t2 - t1).as_secs_f64() * 1e3);
+        wait.push((t3 - t2).as_secs_f64() * 1e3);
+        y = next;
+    }
+    let total = start.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    Ok(json!({
+        "steps": steps,
+        "build_ms": median(&mut build),
+        "dispatch_ms": median(&mut dispatch),
+        "wait_ms": median(&mut wait),
+        "per_token_ms": total,
+    }))
+}
+
+/// Primitives MLX evaluates for one decode step (the sampled token and the updated caches),
+/// by kind, read from MLX's DOT export of the graph.
+fn step_graph(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::Value> {
+    let mut caches = model.new_caches();
+    let logits = model.forward(prompt, &[], &mut caches, Some(1))?;
+    let mut sampler = Sampler::new(SamplerConfig::greedy())?;
+    let none = Array::from_slice::<u32>(&[], &[0]);
+    let y = sampler.sample(&logits, &none)?;
+    let mut evaluated: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
+    evaluated.push(&y);
+    mlx_rs::transforms::eval(evaluated)?;
+    let logits = model.forward_array(&y.reshape(&[1])?, &mut caches, None)?;
+    let next = sampler.sample(&logits, &none)?;
+    let mut outputs: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
+    outputs.push(&next);
+    let dot = std::env::temp_dir().join(format!("gemma-bench-{}.dot", std::process::id()));
+    export_to_dot(&dot, &outputs)?;
+    let text = std::fs::read_to_string(&dot)?;
+    let _ = std::fs::remove_file(&dot);
+    let mut kinds = std::collections::BTreeMap::<String, usize>::new();
+    for line in text.lines().filter(|l| l.contains("shape=rectangle")) {
+        if let Some(label) = line
+            .split("label =\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+        {
+            *kinds.entry(label.to_string()).or_default() += 1;
+        }
+    }
+    let total: usize = kinds.values().sum();
+    Ok(json!({ "primitives": total, "kinds": kinds }))
+}
+
+fn export_to_dot(path: &Path, outputs: &[&Array]) -> Result<()> {
+    extern "C" {
+        fn fopen(
+            path: *const std::ffi::c_char,
+            mode: *const std::ffi::c_char,
+        ) -> *mut mlx_sys::FILE;
+        fn fclose(file: *mut mlx_sys::FILE) -> std::ffi::c_int;
+    }
+    let c_path = std::ffi::CString::new(path.to_string_lossy().as_bytes())?;
+    let handles: Vec<mlx_sys::mlx_array> = outputs.iter().map(|a| a.as_ptr()).collect();
+    // SAFETY: the file and vector are created, used and freed here; the arrays outlive the call.
+    unsafe {
+        let file = fopen(c_path.as_ptr(), c"w".as_ptr());
+        anyhow::ensure!(!file.is_null(), "cannot write {}", path.display());
+        let vector = mlx_sys::mlx_vector_array_new_data(handles.as_ptr(), handles.len());
+        let namer = mlx_sys::mlx_node_namer_new();
+        let status = mlx_sys::mlx_export_to_dot(file, namer, vector);
+        mlx_sys::mlx_node_namer_free(namer);
+        mlx_sys::mlx_vector_array_free(vector);
+        fclose(file);
+        anyhow::ensure!(status == 0, "MLX could not export the graph");
+    }
+    Ok(())
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn load(dir: &Path, dtype: Option<Dtype>) -> Result<(LoadedModel, f64)> {
+    let start = Instant::now();
+    let loaded = LoadedModel::load(
+        dir,
+        &LoadOptions {
+            dtype,
+            ..LoadOptions::default()
+        },
+    )
+    .with_context(|| format!("loading {}", dir.display()))?;
+    Ok((loaded, start.elapsed().as_secs_f64()))
+}
+
+/// The process's high-water resident set (VmHWM), in bytes.
+fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn mlx_peak_bytes() -> u64 {
+    let mut bytes: usize = 0;
+    // SAFETY: writes one size_t through a valid pointer.
+    unsafe { mlx_sys::mlx_get_peak_memory(&mut bytes) };
+    bytes as u64
+}
+
+fn mlx_clear_cache() {
+    // SAFETY: no arguments; frees MLX's unused buffer cache.
+    unsafe { mlx_sys::mlx_clear_cache() };
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let plan: Plan = serde_json::from_str(
+        &std::fs::read_to_string(&cli.plan)
+            .with_context(|| format!("reading {}", cli.plan.display()))?,
+    )
+    .context("parsing the plan")?;
+    let dtype = cli.dtype.map(|d| match d {
+        DtypeArg::Bfloat16 => Dtype::Bfloat16,
+        DtypeArg::Float32 => Dtype::Float32,
+    });
+
+    let (cold, load_cold) = load(&plan.model, dtype)?;
+    drop(cold);
+    mlx_clear_cache();
+    let (mut loaded, load_warm) = load(&plan.model, dtype)?;
+    loaded.specials.eos.clear();
+    let mut options = GenerateOptions {
+        sampler: SamplerConfig::greedy(),
+        ..GenerateOptions::default()
+    };
+    if let Some(chunk) = cli.prefill_chunk {
+        options.prefill_chunk = chunk;
+    }
+    let bench = Bench { loaded, options };
+    let dtype_name = format!("{:?}", bench.loaded.model.dtype()).to_lowercase();
+
+    bench.generate(
+        &mut Session::new(&bench.loaded.model),
+        &plan.warmup.ids,
+        plan.warmup.tokens,
+    )?;
+    if plan.image.warmup {
+        bench.image_ttft(&plan.image)?;
+    }
+
+    let mut prefill = Vec::new();
+    for case in &plan.prefill {
+        let t = bench.generate(&mut Session::new(&bench.loaded.model), &case.ids, 1)?;
+        prefill.push(json!({ "tokens": case.tokens, "ttft_s": t.times[0] }));
+    }
+
+    let d = bench.generate(
+        &mut Session::new(&bench.loaded.model),
+        &plan.decode.ids,
+        plan.decode.tokens,
+    )?;
+    let decode = json!({
+        "tokens": d.ids.len(),
+        "ttft_s": d.times[0],
+        "decode_s": d.times[d.times.len() - 1] - d.times[0],
+        "ids": d.ids,
+    });
+
+    let profile = decode_profile(
+        &bench.loaded.model,
+        &plan.decode.ids,
+        plan.decode.tokens.min(64),
+    )?;
+    let graph = step_graph(&bench.loaded.model, &plan.decode.ids)?;
+
+    let (image_ttft, image_tokens) = bench.image_ttft(&plan.image)?;
+
+    let f = &plan.followup;
+    let mut session = Session::new(&bench.loaded.model);
+    let answer = bench.generate(&mut session, &f.turn1, f.answer_tokens)?;
+    let turn2: Vec<u32> = [f.turn1.as_slice(), &answer.ids, &f.suffix].concat();
+    let t = bench.generate(&mut session, &turn2, 1)?;
+
+    let result = json!({
+        "engine": "gemma-desk",
+        "dtype": dtype_name,
+        "load_cold_s": load_cold,
+        "load_warm_s": load_warm,
+        "prefill": prefill,
+        "decode": decode,
+        "decode_profile": profile,
+        "decode_graph": graph,
+        "image": { "ttft_s": image_ttft, "prompt_tokens": image_tokens },
+        "followup": {
+            "ttft_s": t.times[0],
+            "prompt_tokens": turn2.len(),
+            "reused_tokens": t.reused,
+        },
+        "peak_rss_bytes": peak_rss_bytes(),
+        "mlx_peak_bytes": mlx_peak_bytes(),
+    });
+    println!("{result}");
+    Ok(())
+}
