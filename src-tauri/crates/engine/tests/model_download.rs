@@ -31,6 +31,8 @@ enum Fault {
     Stall { bytes: usize },
     /// Answers range requests with the whole file (200).
     IgnoreRange,
+    /// Sends `bytes` bytes of the body, waits for [`FakeHub::release`], then sends the rest.
+    Pause { bytes: usize },
 }
 
 /// One answer the server gave for a file's body.
@@ -57,6 +59,7 @@ struct State {
     tree_status: Option<u16>,
     served: Vec<Served>,
     stalled: bool,
+    released: bool,
 }
 
 /// A hub on 127.0.0.1: `/api/models/{repo}/tree/main`, `/{repo}/resolve/main/{path}` (LFS
@@ -121,6 +124,11 @@ impl FakeHub {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Lets a paused transfer send the rest of its file.
+    fn release(&self) {
+        self.lock().released = true;
     }
 }
 
@@ -234,6 +242,7 @@ fn handle(stream: TcpStream, base: &str, state: &Mutex<State>, stop: &AtomicBool
     let mut body = bytes[from..].to_vec();
     let mut limit = body.len();
     let mut stall = false;
+    let mut pause = false;
     match fault {
         Some(Fault::CutAfter { bytes, times }) if times > 0 => {
             limit = bytes.min(limit);
@@ -253,6 +262,12 @@ fn handle(stream: TcpStream, base: &str, state: &Mutex<State>, stop: &AtomicBool
             limit = bytes.min(limit);
             stall = true;
             guard.stalled = true;
+        }
+        Some(Fault::Pause { bytes }) => {
+            limit = bytes.min(limit);
+            pause = true;
+            guard.stalled = true;
+            guard.faults.remove(&file);
         }
         _ => {}
     }
@@ -282,11 +297,16 @@ fn handle(stream: TcpStream, base: &str, state: &Mutex<State>, stop: &AtomicBool
     write_head(&mut stream, status, &headers, body.len())?;
     stream.write_all(&body[..limit])?;
     stream.flush()?;
-    if stall {
+    let released = || state.lock().unwrap_or_else(|e| e.into_inner()).released;
+    if stall || pause {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+        while !stop.load(Ordering::Relaxed) && Instant::now() < deadline && !(pause && released()) {
             thread::sleep(Duration::from_millis(20));
         }
+    }
+    if pause && released() {
+        stream.write_all(&body[limit..])?;
+        stream.flush()?;
     }
     let _ = stream.shutdown(Shutdown::Both);
     Ok(())
@@ -647,6 +667,144 @@ fn a_listing_that_escapes_the_folder_is_refused() -> Result<()> {
     assert!(matches!(error, DownloadError::BadListing { .. }), "{error}");
     assert!(error.to_string().contains("../../escaped.txt"), "{error}");
     assert!(walk(root.path()).iter().all(|p| !p.contains("escaped")));
+    Ok(())
+}
+
+/// Set in the child of the disk-full test: the models folder, a small tmpfs of its own.
+const DISK_FULL_CHILD_DIR: &str = "ENGINE_DOWNLOAD_DISK_FULL_CHILD_DIR";
+const DISK_FULL_TEST: &str = "a_full_disk_stops_the_download_in_words_and_it_resumes_once_freed";
+
+/// A full disk, on a 1 MB tmpfs that a child process mounts in a user and mount namespace of its
+/// own (Linux; skipped where namespaces are unavailable): too little space is refused before any
+/// byte is fetched; space running out mid-file stops with the same error, keeps the `.part`, and
+/// once space is freed the next run resumes from it.
+#[test]
+fn a_full_disk_stops_the_download_in_words_and_it_resumes_once_freed() -> Result<()> {
+    if let Some(dir) = std::env::var_os(DISK_FULL_CHILD_DIR) {
+        println!("disk-full child started");
+        return download_onto_a_full_disk(Path::new(&dir));
+    }
+    let dir = tempfile::tempdir()?;
+    let spawned = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c"])
+        .arg(r#"mount -t tmpfs -o size=1m tmpfs "$0" && exec "$@""#)
+        .arg(dir.path())
+        .arg(std::env::current_exe()?)
+        .args(["--exact", DISK_FULL_TEST, "--nocapture", "--test-threads=1"])
+        .env(DISK_FULL_CHILD_DIR, dir.path())
+        .output();
+    let output = match spawned {
+        Ok(output) => output,
+        Err(e) => {
+            eprintln!("skipped: cannot run unshare ({e}); a private tmpfs needs Linux");
+            return Ok(());
+        }
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !stdout.contains("disk-full child started") {
+        ensure!(!output.status.success(), "the child did not run: {stdout}");
+        eprintln!("skipped: no private tmpfs here (user namespaces off?): {stderr}");
+        return Ok(());
+    }
+    ensure!(
+        output.status.success() && stdout.contains("1 passed"),
+        "the child failed:\n{stdout}\n{stderr}"
+    );
+    Ok(())
+}
+
+/// Fills the file system of `dir` but for about `leave` bytes; returns the filler's path. Stops
+/// at 16 MB, so a folder that is not the small tmpfs fails instead of filling a real disk.
+fn fill_disk(dir: &Path, leave: usize) -> Result<std::path::PathBuf> {
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path)?;
+    let mut written = 0usize;
+    for chunk in [64 * 1024, 4096] {
+        let block = vec![0x5Au8; chunk];
+        loop {
+            ensure!(written < 16 << 20, "{} is not a small tmpfs", dir.display());
+            match file.write(&block) {
+                Ok(0) => break,
+                Ok(n) => written += n,
+                Err(e) if e.kind() == std::io::ErrorKind::StorageFull => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    file.set_len(written.saturating_sub(leave) as u64)?;
+    file.sync_all()?;
+    Ok(path)
+}
+
+fn download_onto_a_full_disk(models: &Path) -> Result<()> {
+    let hub = FakeHub::start()?;
+    let total: usize = repo_files().iter().map(|f| f.bytes.len()).sum();
+
+    // Too little space from the start: refused before the weights are asked for.
+    let filler = fill_disk(models, 100_000)?;
+    let error = run(&download_into(models, &hub))
+        .0
+        .err()
+        .context("a download larger than the free space started")?;
+    let DownloadError::DiskFull { need_bytes } = error else {
+        anyhow::bail!("expected DiskFull, got {error}");
+    };
+    ensure!(
+        (total as u64 - 110_000..=total as u64 - 80_000).contains(&need_bytes),
+        "need {need_bytes} of {total}"
+    );
+    ensure!(
+        error
+            .to_string()
+            .starts_with("not enough disk space: need "),
+        "{error}"
+    );
+    ensure!(hub.served(WEIGHTS).is_empty(), "{:?}", hub.served(WEIGHTS));
+    std::fs::remove_file(&filler)?;
+
+    // Space runs out while the weights arrive.
+    hub.fault(WEIGHTS, Fault::Pause { bytes: 100_000 });
+    let download = download_into(models, &hub);
+    let part = download.staging_dir().join(format!("{WEIGHTS}.part"));
+    let (done, finished) = mpsc::channel();
+    let worker = download.clone();
+    thread::spawn(move || {
+        let _ = done.send(worker.run(|_| {}, &AtomicBool::new(false)));
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !(hub.lock().stalled && std::fs::metadata(&part).is_ok_and(|m| m.len() == 100_000)) {
+        ensure!(Instant::now() < deadline, "the transfer never paused");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let filler = fill_disk(models, 0)?;
+    hub.release();
+    let result = finished.recv_timeout(Duration::from_secs(30))?;
+    let error = result
+        .err()
+        .context("the download finished on a full disk")?;
+    ensure!(
+        matches!(error, DownloadError::DiskFull { need_bytes } if need_bytes > 0),
+        "{error}"
+    );
+    let kept = std::fs::metadata(&part)?.len();
+    ensure!(kept >= 100_000, "kept {kept} bytes");
+    ensure!(
+        !download.destination().exists(),
+        "a partial model was moved into place"
+    );
+
+    // Freed: the next run continues from the .part and ends with the whole model.
+    std::fs::remove_file(&filler)?;
+    let (resumed, reports) = run(&download);
+    assert_complete(&resumed?, &hub)?;
+    let last = hub
+        .served(WEIGHTS)
+        .last()
+        .cloned()
+        .context("nothing served")?;
+    ensure!(last.range_from == Some(kept as usize), "{last:?}");
+    assert_progress_sane(&reports)?;
     Ok(())
 }
 
