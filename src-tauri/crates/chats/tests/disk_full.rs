@@ -135,7 +135,7 @@ fn on_a_full_disk(dir: &Path) {
         .expect_err("a 500 KB attachment was stored on a full disk");
     assert!(is_disk_full(&error), "{error:?}");
     assert!(error.to_string().contains("write attachment"), "{error}");
-    let leftovers: Vec<_> = walk(&store.attachments_dir())
+    let leftovers: Vec<_> = walk(store.attachments_dir())
         .into_iter()
         .filter(|name| name.ends_with(".tmp"))
         .collect();
