@@ -3,6 +3,7 @@
 pub mod cache;
 pub mod config;
 pub mod error;
+mod fused;
 pub mod layers;
 pub mod model;
 pub mod quant;

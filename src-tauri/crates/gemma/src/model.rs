@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use mlx_rs::{Array, Dtype};
+use mlx_rs::transforms::eval;
+use mlx_rs::{Array, Dtype, Stream};
 
 use crate::cache::KvCache;
 use crate::config::Config;
@@ -44,7 +45,9 @@ impl Model {
         if options.kv_quantization {
             apply_kv_config(dir, &mut table)?;
         }
-        let mut store = WeightStore::open(dir)?;
+        // On the default device's stream: with MLX's CUDA backend, tensors are then read straight
+        // into device memory instead of into host-resident unified memory.
+        let mut store = mlx_rs::with_stream(&Stream::new(), || WeightStore::open(dir))?;
         let dtype = match options.dtype {
             Some(d) => d,
             None => checkpoint_dtype(&store),
@@ -59,6 +62,13 @@ impl Model {
         let vision = VisionTower::load(&mut store, &config, dtype)?;
         store.finish()?;
         let text = text.ok_or_else(|| Error::Tensors("the language model is incomplete".into()))?;
+        // Read every weight now (one pass over the files, casts done once), so that the first
+        // request pays no loading and no source copy of a cast weight stays alive.
+        let mut arrays = text.arrays();
+        if let Some(v) = &vision {
+            arrays.extend(v.arrays());
+        }
+        eval(arrays)?;
         Ok(Self {
             config,
             table,
@@ -118,8 +128,9 @@ impl Model {
                 )));
             }
         }
+        let placeholders = self.text.has_placeholders(ids);
         let ids = Array::from_slice(ids, &[ids.len() as i32]);
-        self.text.forward(&ids, media, caches, keep)
+        self.text.forward(&ids, media, caches, keep, placeholders)
     }
 
     /// Forward over device-resident ids (`[T]` integers, e.g. the token just sampled), without
@@ -130,7 +141,7 @@ impl Model {
         caches: &mut [KvCache],
         keep: Option<usize>,
     ) -> Result<Array> {
-        self.text.forward(ids, &[], caches, keep)
+        self.text.forward(ids, &[], caches, keep, false)
     }
 }
 

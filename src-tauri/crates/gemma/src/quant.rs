@@ -2,7 +2,7 @@
 //! `<path>.scales` exists; bits and group size come from the config's per-module entry, else the
 //! default, and must agree with the tensor shapes.
 
-use mlx_rs::ops::{dequantize, quantized_matmul};
+use mlx_rs::ops::{concatenate, dequantize, quantized_matmul};
 use mlx_rs::{Array, Dtype};
 
 use crate::config::{QuantSpec, Quantization};
@@ -105,6 +105,19 @@ fn quant_spec(
 }
 
 impl Linear {
+    /// The layer's weight arrays (to evaluate them at load).
+    pub fn arrays(&self) -> Vec<&Array> {
+        match self {
+            Linear::Dense { weight } => vec![weight],
+            Linear::Quantized {
+                weight,
+                scales,
+                biases,
+                ..
+            } => vec![weight, scales, biases],
+        }
+    }
+
     /// Applies the layer to `x` (`[..., in]` → `[..., out]`).
     pub fn forward(&self, x: &Array) -> Result<Array> {
         Ok(match self {
@@ -116,6 +129,109 @@ impl Linear {
                 spec,
             } => quantized_matmul(x, weight, scales, biases, true, spec.group_size, spec.bits)?,
         })
+    }
+}
+
+/// Linear layers of the same input. When they share their kind and quantization, their rows
+/// are concatenated at load and one matmul computes them all (one primitive instead of one per
+/// layer); otherwise they run one by one.
+pub enum SideBySide {
+    Fused { linear: Linear, splits: Vec<i32> },
+    Separate(Vec<Linear>),
+}
+
+impl SideBySide {
+    /// Combines `parts` (in output order).
+    pub fn new(parts: Vec<Linear>) -> Result<Self> {
+        if parts.len() < 2 {
+            return Ok(SideBySide::Separate(parts));
+        }
+        let rows: Vec<i32> = parts
+            .iter()
+            .map(|l| match l {
+                Linear::Dense { weight } | Linear::Quantized { weight, .. } => weight.shape()[0],
+            })
+            .collect();
+        let splits: Vec<i32> = rows
+            .iter()
+            .scan(0, |end, r| {
+                *end += r;
+                Some(*end)
+            })
+            .take(rows.len() - 1)
+            .collect();
+        let stack = |arrays: Vec<&Array>| concatenate(&arrays, 0);
+        let fused = match parts.as_slice() {
+            [Linear::Dense { .. }, ..]
+                if parts.iter().all(|l| matches!(l, Linear::Dense { .. })) =>
+            {
+                let weights = parts
+                    .iter()
+                    .filter_map(|l| match l {
+                        Linear::Dense { weight } => Some(weight),
+                        Linear::Quantized { .. } => None,
+                    })
+                    .collect();
+                Some(Linear::Dense {
+                    weight: stack(weights)?,
+                })
+            }
+            [Linear::Quantized { spec, .. }, ..] => {
+                let quantized: Vec<(&Array, &Array, &Array)> = parts
+                    .iter()
+                    .filter_map(|l| match l {
+                        Linear::Quantized {
+                            weight,
+                            scales,
+                            biases,
+                            spec: s,
+                        } if s == spec => Some((weight, scales, biases)),
+                        _ => None,
+                    })
+                    .collect();
+                if quantized.len() == parts.len() {
+                    Some(Linear::Quantized {
+                        weight: stack(quantized.iter().map(|p| p.0).collect())?,
+                        scales: stack(quantized.iter().map(|p| p.1).collect())?,
+                        biases: stack(quantized.iter().map(|p| p.2).collect())?,
+                        spec: *spec,
+                    })
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        Ok(match fused {
+            Some(linear) => SideBySide::Fused { linear, splits },
+            None => SideBySide::Separate(parts),
+        })
+    }
+
+    /// The outputs side by side (`[..., Σ out]`), when the layers were fused.
+    pub fn forward_joined(&self, x: &Array) -> Result<Option<Array>> {
+        match self {
+            SideBySide::Fused { linear, .. } => Ok(Some(linear.forward(x)?)),
+            SideBySide::Separate(_) => Ok(None),
+        }
+    }
+
+    /// Every layer's output, in order.
+    pub fn forward(&self, x: &Array) -> Result<Vec<Array>> {
+        match self {
+            SideBySide::Fused { linear, splits } => {
+                Ok(linear.forward(x)?.split_at_indices(splits, -1)?)
+            }
+            SideBySide::Separate(parts) => parts.iter().map(|l| l.forward(x)).collect(),
+        }
+    }
+
+    /// The weight arrays.
+    pub fn arrays(&self) -> Vec<&Array> {
+        match self {
+            SideBySide::Fused { linear, .. } => linear.arrays(),
+            SideBySide::Separate(parts) => parts.iter().flat_map(Linear::arrays).collect(),
+        }
     }
 }
 
@@ -154,6 +270,11 @@ impl Embedding {
                 dequantize(&w, &s, &b, spec.group_size, spec.bits)?
             }
         })
+    }
+
+    /// The table's arrays.
+    pub fn arrays(&self) -> Vec<&Array> {
+        self.table.arrays()
     }
 
     /// The table as a linear layer (the tied LM head): `[..., dim]` → `[..., vocab]`.

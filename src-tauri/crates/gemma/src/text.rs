@@ -2,14 +2,15 @@
 
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::ops::{arange, cumsum, maximum, select, tanh};
+use mlx_rs::ops::{arange, broadcast_to, concatenate, cumsum, maximum, ones_like, select};
 use mlx_rs::{Array, Dtype};
 
 use crate::cache::KvCache;
 use crate::config::{AttentionKind, Config, TextConfig};
 use crate::error::{Error, Result};
+use crate::fused::{add_scaled, geglu, softcap};
 use crate::layers::{KvSource, LayerSpec, Rope};
-use crate::quant::{load_linear, Embedding, Linear};
+use crate::quant::{load_linear, Embedding, Linear, SideBySide};
 use crate::weights::WeightStore;
 
 const PREFIX: &str = "language_model.model";
@@ -19,27 +20,64 @@ pub(crate) fn scalar(value: f32, dtype: Dtype) -> Result<Array> {
     Ok(Array::from_f32(value).as_dtype(dtype)?)
 }
 
-/// GELU with the tanh approximation, in the input's dtype.
+/// GELU with the tanh approximation, in the input's dtype (one compiled kernel).
 pub(crate) fn gelu_tanh(x: &Array) -> Result<Array> {
-    let d = x.dtype();
-    let inner = x.add(x.multiply(x)?.multiply(x)?.multiply(scalar(0.044715, d)?)?)?;
-    let t = tanh(inner.multiply(scalar((2.0f32 / std::f32::consts::PI).sqrt(), d)?)?)?;
-    Ok(x.multiply(scalar(0.5, d)?)?
-        .multiply(t.add(scalar(1.0, d)?)?)?)
+    crate::fused::gelu_tanh(x)
 }
 
 struct Attention {
-    q_proj: Linear,
-    kv: Option<(Linear, Linear, Array)>, // k_proj, v_proj, k_norm of owning layers
+    /// `q_proj`, or `q_proj | k_proj | v_proj` side by side in layers that own their K/V.
+    qkv: SideBySide,
+    /// `k_norm` of layers that own their K/V.
+    k_norm: Option<Array>,
+    /// `[heads + 2·kv_heads, head_dim]`: q_norm, k_norm and ones (v has no scale) per head, for
+    /// normalizing the fused q|k|v output with one RMSNorm and one multiply.
+    head_scales: Option<Array>,
     o_proj: Linear,
     q_norm: Array,
     rope_freqs: Option<Array>,
 }
 
 struct Mlp {
-    gate: Linear,
-    up: Linear,
+    /// `gate_proj | up_proj`.
+    gate_up: SideBySide,
     down: Linear,
+}
+
+/// The decoder's scalar factors, made once in the compute dtype (a scalar made per call would
+/// add a cast primitive to every step).
+struct Scales {
+    embed: Array,
+    per_layer_token: Array,
+    per_layer_projection: Array,
+    per_layer_combine: Array,
+    softcap: Option<Array>,
+}
+
+impl Scales {
+    fn new(t: &TextConfig, dtype: Dtype) -> Result<Self> {
+        Ok(Self {
+            embed: scalar((t.hidden_size as f32).sqrt(), dtype)?,
+            per_layer_token: scalar((t.hidden_size_per_layer_input as f32).sqrt(), dtype)?,
+            per_layer_projection: scalar((t.hidden_size as f32).powf(-0.5), dtype)?,
+            per_layer_combine: scalar(0.5f32.sqrt(), dtype)?,
+            softcap: t
+                .final_logit_softcapping
+                .map(|c| scalar(c, dtype))
+                .transpose()?,
+        })
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        let mut out = vec![
+            &self.embed,
+            &self.per_layer_token,
+            &self.per_layer_projection,
+            &self.per_layer_combine,
+        ];
+        out.extend(self.softcap.as_ref());
+        out
+    }
 }
 
 struct PerLayerInput {
@@ -72,6 +110,7 @@ pub struct TextModel {
     cfg: TextConfig,
     dtype: Dtype,
     eps: f32,
+    scales: Scales,
     embed: Embedding,
     per_layer_embed: Option<Embedding>,
     per_layer_projection: Option<(Linear, Array)>,
@@ -158,6 +197,7 @@ impl TextModel {
             cfg: t.clone(),
             dtype,
             eps: t.rms_norm_eps,
+            scales: Scales::new(t, dtype)?,
             embed,
             per_layer_embed,
             per_layer_projection,
@@ -307,16 +347,38 @@ impl TextModel {
         else {
             return Ok(None);
         };
+        let (qkv, k_norm) = match kv {
+            Some((k, v, k_norm)) => (SideBySide::new(vec![q_proj, k, v])?, Some(k_norm)),
+            None => (SideBySide::new(vec![q_proj])?, None),
+        };
+        let head_scales = match (&k_norm, &qkv) {
+            (Some(k_norm), SideBySide::Fused { .. }) => {
+                let (h, kvh, di) = (heads as i32, kv_heads as i32, d as i32);
+                Some(concatenate(
+                    &[
+                        broadcast_to(&q_norm, &[h, di])?,
+                        broadcast_to(k_norm, &[kvh, di])?,
+                        ones_like(&broadcast_to(k_norm, &[kvh, di])?)?,
+                    ],
+                    0,
+                )?)
+            }
+            _ => None,
+        };
         Ok(Some(Layer {
             spec: spec.clone(),
             attn: Attention {
-                q_proj,
-                kv,
+                qkv,
+                k_norm,
+                head_scales,
                 o_proj,
                 q_norm,
                 rope_freqs,
             },
-            mlp: Mlp { gate, up, down },
+            mlp: Mlp {
+                gate_up: SideBySide::new(vec![gate, up])?,
+                down,
+            },
             input_norm: n0,
             post_attention_norm: n1,
             pre_feedforward_norm: n2,
@@ -324,6 +386,44 @@ impl TextModel {
             per_layer,
             layer_scalar,
         }))
+    }
+
+    /// Every weight array of the decoder (to evaluate them at load).
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut out = self.embed.arrays();
+        if let Some(e) = &self.per_layer_embed {
+            out.extend(e.arrays());
+        }
+        if let Some((p, n)) = &self.per_layer_projection {
+            out.extend(p.arrays());
+            out.push(n);
+        }
+        for l in &self.layers {
+            let a = &l.attn;
+            out.extend(a.qkv.arrays());
+            out.extend(a.o_proj.arrays());
+            out.push(&a.q_norm);
+            out.extend(a.k_norm.iter());
+            out.extend(a.head_scales.iter());
+            out.extend(a.rope_freqs.iter());
+            out.extend(l.mlp.gate_up.arrays());
+            out.extend(l.mlp.down.arrays());
+            out.extend([
+                &l.input_norm,
+                &l.post_attention_norm,
+                &l.pre_feedforward_norm,
+                &l.post_feedforward_norm,
+                &l.layer_scalar,
+            ]);
+            if let Some(p) = &l.per_layer {
+                out.extend(p.gate.arrays());
+                out.extend(p.projection.arrays());
+                out.push(&p.post_norm);
+            }
+        }
+        out.push(&self.norm);
+        out.extend(self.scales.arrays());
+        out
     }
 
     /// The activation dtype.
@@ -348,10 +448,7 @@ impl TextModel {
     /// Token embeddings (`ids`: `[T]` integer array) scaled by √hidden, with media features
     /// scattered onto their placeholders (unscaled). The caller checks placeholder counts.
     pub fn embed(&self, ids: &Array, media: &[MediaFeatures<'_>]) -> Result<Array> {
-        let mut h = self
-            .embed
-            .lookup(ids)?
-            .multiply(scalar((self.cfg.hidden_size as f32).sqrt(), self.dtype)?)?;
+        let mut h = self.embed.lookup(ids)?.multiply(&self.scales.embed)?;
         for m in media {
             let mask = ids.eq(Array::from_int(m.token_id as i32))?;
             let index = maximum(
@@ -365,21 +462,28 @@ impl TextModel {
         Ok(h)
     }
 
+    /// True when `ids` hold a media placeholder (whose per-layer input is the pad token's).
+    pub fn has_placeholders(&self, ids: &[u32]) -> bool {
+        ids.iter().any(|id| self.placeholder_ids.contains(id))
+    }
+
     /// Teacher-forced forward over `ids` (continuing the caches). Returns logits of the last
     /// `keep` positions (`[keep, vocab]`), or of every position when `keep` is `None`.
+    /// `placeholders`: `ids` may hold media placeholders (see [`Self::has_placeholders`]).
     pub fn forward(
         &self,
         ids: &Array,
         media: &[MediaFeatures<'_>],
         caches: &mut [KvCache],
         keep: Option<usize>,
+        placeholders: bool,
     ) -> Result<Array> {
         let t = ids.size();
         if t == 0 {
             return Err(Error::Input("no tokens to process".into()));
         }
         let h = self.embed(ids, media)?;
-        let per_layer = self.per_layer_inputs(ids, &h)?;
+        let per_layer = self.per_layer_inputs(ids, &h, placeholders)?;
         let mut h = h.reshape(&[1, t as i32, self.cfg.hidden_size as i32])?;
         let offset = caches.first().map(|c| c.offset()).unwrap_or(0);
         let window = self.cfg.sliding_window;
@@ -448,16 +552,20 @@ impl TextModel {
         }
         let h = fast::rms_norm(&h, Some(&self.norm), self.eps)?;
         let mut logits = self.embed.as_linear(&h)?;
-        if let Some(cap) = self.cfg.final_logit_softcapping {
-            let c = scalar(cap, logits.dtype())?;
-            logits = tanh(logits.divide(&c)?)?.multiply(&c)?;
+        if let Some(cap) = &self.scales.softcap {
+            logits = softcap(&logits, cap)?;
         }
         let rows = logits.shape()[1];
         Ok(logits.reshape(&[rows, -1])?)
     }
 
     /// Per-layer inputs `[1, T, layers, ple]`: token part + context part, as in §5.1.
-    fn per_layer_inputs(&self, ids: &Array, h: &Array) -> Result<Option<Array>> {
+    fn per_layer_inputs(
+        &self,
+        ids: &Array,
+        h: &Array,
+        placeholders: bool,
+    ) -> Result<Option<Array>> {
         let (Some(table), Some((projection, norm))) =
             (&self.per_layer_embed, &self.per_layer_projection)
         else {
@@ -467,27 +575,28 @@ impl TextModel {
         let n = self.cfg.num_hidden_layers as i32;
         let ple = self.cfg.hidden_size_per_layer_input as i32;
         let mut ple_ids = ids.clone();
-        for &placeholder in &self.placeholder_ids {
-            let is_media = ids.eq(Array::from_int(placeholder as i32))?;
-            ple_ids = select(
-                &is_media,
-                Array::from_int(self.pad_token_id as i32).as_dtype(ids.dtype())?,
-                &ple_ids,
-            )?;
+        if placeholders {
+            for &placeholder in &self.placeholder_ids {
+                let is_media = ids.eq(Array::from_int(placeholder as i32))?;
+                ple_ids = select(
+                    &is_media,
+                    Array::from_int(self.pad_token_id as i32).as_dtype(ids.dtype())?,
+                    &ple_ids,
+                )?;
+            }
         }
         let tokens = table
             .lookup(&ple_ids)?
-            .multiply(scalar((ple as f32).sqrt(), self.dtype)?)?
+            .multiply(&self.scales.per_layer_token)?
             .reshape(&[1, t, n, ple])?;
-        let context = projection.forward(h)?.multiply(scalar(
-            (self.cfg.hidden_size as f32).powf(-0.5),
-            self.dtype,
-        )?)?;
+        let context = projection
+            .forward(h)?
+            .multiply(&self.scales.per_layer_projection)?;
         let context = fast::rms_norm(context.reshape(&[1, t, n, ple])?, Some(norm), self.eps)?;
         Ok(Some(
             context
                 .add(tokens)?
-                .multiply(scalar(0.5f32.sqrt(), self.dtype)?)?,
+                .multiply(&self.scales.per_layer_combine)?,
         ))
     }
 
@@ -509,17 +618,18 @@ impl TextModel {
             eps,
         )?)?;
         let u = fast::rms_norm(&h, Some(&layer.pre_feedforward_norm), eps)?;
-        let m = layer.mlp.down.forward(
-            &gelu_tanh(&layer.mlp.gate.forward(&u)?)?.multiply(layer.mlp.up.forward(&u)?)?,
-        )?;
-        let mut h = h.add(fast::rms_norm(&m, Some(&layer.post_feedforward_norm), eps)?)?;
+        let gate_up = layer.mlp.gate_up.forward(&u)?;
+        let [gate, up] = gate_up.as_slice() else {
+            return Err(Error::Input(
+                "the MLP needs a gate and an up projection".into(),
+            ));
+        };
+        let m = layer.mlp.down.forward(&geglu(gate, up)?)?;
+        let h = h.add(fast::rms_norm(&m, Some(&layer.post_feedforward_norm), eps)?)?;
         if let (Some(p), Some(input)) = (&layer.per_layer, per_layer_input) {
-            let g = gelu_tanh(&p.gate.forward(&h)?)?.multiply(input)?;
-            h = h.add(fast::rms_norm(
-                &p.projection.forward(&g)?,
-                Some(&p.post_norm),
-                eps,
-            )?)?;
+            let g = geglu(&p.gate.forward(&h)?, input)?;
+            let r = fast::rms_norm(&p.projection.forward(&g)?, Some(&p.post_norm), eps)?;
+            return Ok((add_scaled(&h, &r, &layer.layer_scalar)?, kv_out));
         }
         Ok((h.multiply(&layer.layer_scalar)?, kv_out))
     }
@@ -529,7 +639,7 @@ impl TextModel {
         layer: &Layer,
         x: &Array,
         mask: Option<&Array>,
-        kv: KvInput<'_>,
+        mut kv: KvInput<'_>,
         offset: usize,
     ) -> Result<(Array, Option<(Array, Array)>)> {
         let shape = x.shape();
@@ -538,20 +648,35 @@ impl TextModel {
         let heads = self.cfg.num_attention_heads as i32;
         let kv_heads = self.cfg.num_key_value_heads as i32;
         let a = &layer.attn;
-        let q = a.q_proj.forward(x)?.reshape(&[b, t, heads, d])?;
+        if let (KvInput::Own(cache), Some(scales)) = (&mut kv, &a.head_scales) {
+            if let Some(joined) = a.qkv.forward_joined(x)? {
+                // One RMSNorm over every head, the q/k scales as one multiply, one RoPE for q
+                // and k together: 3 primitives where separate heads take 5.
+                let all = fast::rms_norm(joined.reshape(&[b, t, -1, d])?, None, self.eps)?
+                    .multiply(scales)?
+                    .transpose_axes(&[0, 2, 1, 3])?;
+                let qk_v = all.split_at_indices(&[heads + kv_heads], 1)?;
+                let qk = self.rope(layer, &qk_v[0], offset)?;
+                let q_k = qk.split_at_indices(&[heads], 1)?;
+                let (keys, values) = cache.update_and_fetch(q_k[1].clone(), qk_v[1].clone())?;
+                return self.attend(a, &q_k[0], keys, values, mask, b, t, heads * d);
+            }
+        }
+        let projected = a.qkv.forward(x)?;
+        let q = projected[0].reshape(&[b, t, heads, d])?;
         let q = fast::rms_norm(&q, Some(&a.q_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
         let q = self.rope(layer, &q, offset)?;
         let (keys, values) = match kv {
             KvInput::Shared(kv) => kv,
             KvInput::Own(cache) => {
-                let Some((k_proj, v_proj, k_norm)) = &a.kv else {
+                let (Some(k_norm), [_, k, v]) = (&a.k_norm, projected.as_slice()) else {
                     return Err(Error::Input(format!(
                         "layer {} has no K/V projections",
                         layer.spec.index
                     )));
                 };
-                let k = k_proj.forward(x)?.reshape(&[b, t, kv_heads, d])?;
-                let v = v_proj.forward(x)?.reshape(&[b, t, kv_heads, d])?;
+                let k = k.reshape(&[b, t, kv_heads, d])?;
+                let v = v.reshape(&[b, t, kv_heads, d])?;
                 let k =
                     fast::rms_norm(&k, Some(k_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
                 let k = self.rope(layer, &k, offset)?;
@@ -559,11 +684,25 @@ impl TextModel {
                 cache.update_and_fetch(k, v)?
             }
         };
+        self.attend(a, &q, keys, values, mask, b, t, heads * d)
+    }
+
+    /// Attention of `q` over `keys`/`values`, then the output projection.
+    #[allow(clippy::too_many_arguments)]
+    fn attend(
+        &self,
+        a: &Attention,
+        q: &Array,
+        keys: Array,
+        values: Array,
+        mask: Option<&Array>,
+        b: i32,
+        t: i32,
+        width: i32,
+    ) -> Result<(Array, Option<(Array, Array)>)> {
         let mask = mask.map(ScaledDotProductAttentionMask::Array);
-        let out = fast::scaled_dot_product_attention(&q, &keys, &values, 1.0, mask, None)?;
-        let out = out
-            .transpose_axes(&[0, 2, 1, 3])?
-            .reshape(&[b, t, heads * d])?;
+        let out = fast::scaled_dot_product_attention(q, &keys, &values, 1.0, mask, None)?;
+        let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, width])?;
         Ok((a.o_proj.forward(&out)?, Some((keys, values))))
     }
 

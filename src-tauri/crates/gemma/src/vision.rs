@@ -125,6 +125,22 @@ impl VisionTower {
         }))
     }
 
+    /// Every weight array of the tower (to evaluate them at load).
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut out = self.input_proj.arrays();
+        out.push(&self.position_table);
+        for l in &self.layers {
+            for c in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
+                out.extend(c.linear.arrays());
+                out.extend(c.bounds.iter().flatten());
+            }
+            out.extend([&l.q_norm, &l.k_norm]);
+            out.extend(&l.norms);
+        }
+        out.extend(self.projection.arrays());
+        out
+    }
+
     /// Soft tokens the tower produces for an image of `height` × `width` pixels.
     pub fn soft_tokens(&self, height: usize, width: usize) -> usize {
         let cell = self.cfg.patch_size * self.cfg.pooling_kernel_size;
