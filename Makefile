@@ -25,7 +25,7 @@ export CARGO_TERM_COLOR := never
 
 APT_PACKAGES := build-essential pkg-config curl file cmake libssl-dev libclang-dev \
   libwebkit2gtk-4.1-dev libgtk-3-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev \
-  python3-venv xvfb xauth webkit2gtk-driver xdotool
+  python3-venv xvfb xauth webkit2gtk-driver xdotool python3-gi gir1.2-gtk-3.0 iproute2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 APP := target/debug/gemma-desk
@@ -116,8 +116,8 @@ test-parity: fixtures build-all
 	$(PYENV)/bin/python tests/parity/run_all.py --cli $(CLI) --fixtures $(FIXTURES)
 	$(PYENV)/bin/python tests/parity/image_parity.py --model $(FIXTURES)/tiny --preprocess target/debug/examples/preprocess
 
-test-e2e: build-all
-	tests/e2e/run.sh $(APP)
+test-e2e: fixtures build-all
+	GEMMA_FIXTURES=$(ROOT)/$(FIXTURES) tests/e2e/run.sh $(APP)
 
 app:
 	cargo build -p gemma-desk

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# End-to-end tests against the real app window: tauri-driver + WebKitWebDriver, under Xvfb.
+# End-to-end tests against the real app window: tauri-driver + WebKitWebDriver, under Xvfb,
+# with the native folder dialog and a file drop driven through xdotool, offline (a network
+# namespace with only loopback).
 # Usage: tests/e2e/run.sh path/to/gemma-desk     (installs nothing; checks what it needs)
+# The tiny fixture model comes from $GEMMA_FIXTURES/tiny (default tests/out/fixtures/tiny,
+# written by `make fixtures`).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,12 +23,38 @@ fi
 tauri_driver="${TAURI_DRIVER:-$root/.deps/cargo/bin/tauri-driver}"
 [ -x "$tauri_driver" ] || tauri_driver="$(command -v tauri-driver || true)"
 
+fixtures="${GEMMA_FIXTURES:-$root/tests/out/fixtures}"
+model="$fixtures/tiny"
+
+# Debian's python3-gi serves the system interpreter, which may not be the first python3 on PATH.
+gtk_python=""
+for candidate in /usr/bin/python3 python3; do
+  if "$candidate" -c 'import gi; gi.require_version("Gtk", "3.0"); from gi.repository import Gtk' 2>/dev/null; then
+    gtk_python="$(command -v "$candidate")"
+    break
+  fi
+done
+
 missing=()
+[ -f "$model/config.json" ] || missing+=("the tiny fixture model at $model: make fixtures (or set GEMMA_FIXTURES)")
+[ -n "$gtk_python" ] || missing+=("python3 with GTK 3 bindings: apt-get install python3-gi gir1.2-gtk-3.0")
+command -v xdotool >/dev/null || missing+=("xdotool: apt-get install xdotool")
 [ -n "$tauri_driver" ] ||
   missing+=("tauri-driver: cargo install tauri-driver --version 2.1.0 --locked --root .deps/cargo")
 command -v WebKitWebDriver >/dev/null || missing+=("WebKitWebDriver: apt-get install webkit2gtk-driver")
 command -v xvfb-run >/dev/null || missing+=("xvfb-run: apt-get install xvfb")
 command -v xauth >/dev/null || missing+=("xauth: apt-get install xauth")
+# Offline is part of what is tested: everything runs in a network namespace with only loopback
+# (tauri-driver and WebKitWebDriver talk over it). Root makes one directly; other users through a
+# user namespace where they are root.
+netns=(unshare --net)
+[ "$(id -u)" = 0 ] || netns=(unshare --net --map-root-user)
+ip_tool="$(PATH="$PATH:/usr/sbin:/sbin" command -v ip || true)"
+if [ -z "$ip_tool" ]; then
+  missing+=("ip (to bring up loopback in the offline namespace): apt-get install iproute2")
+elif ! "${netns[@]}" "$ip_tool" link set lo up 2>/dev/null; then
+  missing+=("a network namespace for the offline run (${netns[*]} failed): run as root, or allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 also kernel.apparmor_restrict_unprivileged_userns=0)")
+fi
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null; then
   missing+=("python3 (3.9 or newer)")
 fi
@@ -34,5 +64,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   exit 2
 fi
 
-exec xvfb-run --auto-servernum --server-args="-screen 0 1280x900x24" \
-  python3 "$here/first_run.py" --app "$app" --tauri-driver "$tauri_driver" --out "$root/tests/out/e2e"
+exec "${netns[@]}" sh -c '"$0" link set lo up && exec "$@"' "$ip_tool" \
+  xvfb-run --auto-servernum --server-args="-screen 0 1280x900x24" \
+  python3 "$here/scenario.py" --app "$app" --tauri-driver "$tauri_driver" --model "$model" \
+  --gtk-python "$gtk_python" --out "$root/tests/out/e2e" --offline

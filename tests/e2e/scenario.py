@@ -1,0 +1,580 @@
+#!/usr/bin/env python3
+"""End to end in the real window: what a user does on a fresh install, with a tiny model.
+
+ 1. The first-run screen appears (no model: the home folder is empty, so no Hugging Face cache).
+ 2. "Choose Folder…" opens the native GTK folder dialog; typing the fixture's path loads it.
+ 3. A message streams in: the answer grows across polls, then completes.
+ 4. Esc stops a long answer mid-stream; its text is kept and marked stopped.
+ 5. Regenerate replaces the stopped answer with a new, complete one.
+ 6. After quitting and starting again, the model is loaded again by itself and the conversation
+    is listed and opens with every message as it was.
+ 7. An image dropped from another window (a real XDND drop) shows as a pending thumbnail; sent,
+    it shows in the message, and is still there after another restart.
+ 8. Search finds the conversation by a word of its first message.
+ 9. A conversation of hostile markdown (written into the chats database while the app is closed,
+    so it reaches the page like any stored answer) renders inert: nothing runs, loads or navigates,
+    and a link in it only asks before opening in the browser.
+10. Every run of the webview loaded nothing but the bundled app (checked before each restart too).
+11. From the window: the CSP blocks inline script, eval and remote loads; commands outside the
+    capability are refused; scripts cannot navigate the webview away or open another window.
+
+With --offline (run.sh passes it) the whole scenario runs in a network namespace with only
+loopback, and step 1 checks that it does.
+
+Each step saves screenshots into --out (NN-*.png); a failing step names itself, says what it saw,
+and saves FAILED-NN-*.png. Run it through tests/e2e/run.sh, which checks prerequisites and
+provides the X server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import struct
+import sys
+import tempfile
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import security
+from desktop import Desktop, Rect
+from harness import APP_TITLE, AppRun, Driver, Steps, TestFailure, check, isolated_env, wait_for
+from webdriver import KEY_ENTER, KEY_ESCAPE, Session, WebDriverError
+
+T = TypeVar("T")
+
+IDENTIFIER = "app.gemmadesk.desktop"  # tauri.conf.json `identifier`: names the default data folder
+WELCOME = "Welcome to Gemma Desk"
+FOLDER_DIALOG = "Choose a Gemma 4 model folder"  # the title commands.rs gives the dialog
+
+FIRST_MESSAGE = "Hello Gemma, tell me about lighthouses."
+SECOND_MESSAGE = "Now write a very long story about the sea."
+IMAGE_MESSAGE = "What is in this picture?"
+SEARCH_WORD = "lighthouses"
+
+# Answers short enough to finish in a few seconds in a debug build, or long enough to stop.
+SHORT_ANSWER = 48
+LONG_ANSWER = 4096
+
+# A debug build on a loaded machine: loading the tiny model and answering take seconds, not ms.
+START_TIMEOUT = 90
+MODEL_TIMEOUT = 120
+ANSWER_TIMEOUT = 180
+
+
+def testid(name: str) -> str:
+    return f'[data-testid="{name}"]'
+
+
+@dataclass(frozen=True)
+class Message:
+    id: str
+    role: str
+    status: str
+    text: str
+    images: int
+
+
+class Window:
+    """The app's page as a user sees it, read and driven through WebDriver."""
+
+    def __init__(self, session: Session) -> None:
+        self.s = session
+
+    def need(self, css: str, what: str, timeout: float = 30) -> str:
+        """The element matching `css` once it is shown."""
+        return wait_for(what, lambda: self.shown(css), timeout)
+
+    def shown(self, css: str) -> str | None:
+        element = self.s.find(css)
+        return element if element is not None and self.s.rendered(element) else None
+
+    def click(self, css: str, what: str, timeout: float = 30) -> None:
+        element = wait_for(what, lambda: (e := self.shown(css)) and self.s.enabled(e) and e, timeout)
+        self.s.click(element)
+
+    def messages(self) -> list[Message]:
+        found = []
+        for element in self.s.find_all(testid("message")):
+            body = self.s.find(".message-body", root=element)
+            found.append(
+                Message(
+                    id=self.s.attribute(element, "data-message-id") or "",
+                    role=self.s.attribute(element, "data-role") or "",
+                    status=self.s.attribute(element, "data-status") or "",
+                    text=self.s.text(body).strip() if body else "",
+                    images=len(self.s.find_all(testid("message-attachment"), root=element)),
+                )
+            )
+        return found
+
+    def last_message(self) -> Message | None:
+        elements = self.s.find_all(testid("message"))
+        if not elements:
+            return None
+        element = elements[-1]
+        body = self.s.find(".message-body", root=element)
+        return Message(
+            id=self.s.attribute(element, "data-message-id") or "",
+            role=self.s.attribute(element, "data-role") or "",
+            status=self.s.attribute(element, "data-status") or "",
+            text=self.s.text(body).strip() if body else "",
+            images=0,
+        )
+
+    def model_ready(self, name: str, timeout: float) -> None:
+        """Waits for the status bar to show model `name` ready; a failure to load fails at once."""
+
+        def probe() -> bool:
+            status = self.s.find(testid("model-status"))
+            if status is None:
+                return False
+            state = self.s.attribute(status, "data-state")
+            if state == "failed":
+                raise TestFailure(f"the model failed to load: {self.s.attribute(status, 'title')}")
+            error = self.shown(testid("setup-error"))
+            if error is not None:
+                raise TestFailure(f"the first-run screen shows an error: {self.s.text(error)!r}")
+            text = self.s.text(status)
+            return state == "ready" and text == name or (state, text)
+
+        wait_for(f"model {name!r} ready in the status bar", probe, timeout, interval=0.25)
+
+    def set_settings(self, values: dict[str, str]) -> None:
+        """Opens Settings, sets each `setting-<key>` field to its value, and saves."""
+        self.click(testid("settings"), "the Settings button")
+        dialog = self.need(testid("settings-dialog"), "the settings dialog")
+        wait_for("the settings to load", lambda: self.s.enabled(self.s.find(testid("settings-save"))), 15)
+        for key, value in values.items():
+            field = self.s.find(testid(f"setting-{key}"), root=dialog)
+            check(field is not None, f"the settings dialog has no field {key!r}")
+            if self.s.property(field, "tagName") == "SELECT":
+                option = self.s.find(f'option[value="{value}"]', root=field)
+                check(option is not None, f"setting {key!r} offers no choice {value!r}")
+                self.s.click(option)
+            else:
+                self.s.clear(field)
+                self.s.send_keys(field, value)
+            shown = self.s.property(field, "value")
+            check(shown == value, f"setting {key!r} shows {shown!r} after typing {value!r}")
+        self.s.click(self.s.find(testid("settings-save")))
+
+        def closed() -> bool:
+            error = self.s.find(".settings-dialog .form-error")
+            if error is not None and self.s.rendered(error):
+                raise TestFailure(f"saving the settings failed: {self.s.text(error)!r}")
+            return not self.s.property(dialog, "open")
+
+        wait_for("the settings dialog to close after Save", closed, 15)
+
+    def send(self, text: str) -> None:
+        composer = self.need(testid("composer"), "the message field")
+        wait_for("the message field to accept input", lambda: self.s.enabled(composer), 30)
+        self.s.send_keys(composer, text + KEY_ENTER)
+
+    def active_conversation(self) -> str:
+        return wait_for(
+            "the open conversation highlighted in the sidebar",
+            lambda: (e := self.s.find(f'{testid("conversation-item")}.active')) and self.s.attribute(e, "data-conversation-id"),
+            15,
+        )
+
+    def open_conversation(self, conversation_id: str) -> None:
+        item = self.need(
+            f'{testid("conversation-item")}[data-conversation-id="{conversation_id}"] .item-button',
+            f"conversation {conversation_id} in the sidebar",
+        )
+        self.s.click(item)
+        wait_for("the conversation to open", lambda: self.active_conversation() == conversation_id, 15)
+
+    def image_loaded(self, image: str) -> bool:
+        """Whether an <img> shows a decoded picture (not a broken or missing one)."""
+        return bool(self.s.property(image, "complete")) and (self.s.property(image, "naturalWidth") or 0) > 0
+
+
+def watch_answer(window: Window, after: set[str], timeout: float) -> tuple[Message, list[str]]:
+    """Follows the newest answer (an assistant message not in `after`) until it stops streaming.
+
+    Returns it and the distinct texts seen while it was streaming, in order.
+    """
+    seen: list[str] = []
+
+    def probe() -> Message | None:
+        last = window.last_message()
+        if last is None or last.role != "assistant" or last.id in after:
+            return None
+        if last.status == "streaming":
+            if last.text and (not seen or seen[-1] != last.text):
+                seen.append(last.text)
+            return None
+        return last
+
+    final = wait_for("the answer to finish", probe, timeout, interval=0.05)
+    return final, seen
+
+
+def wait_streaming(window: Window, after: set[str], distinct: int, timeout: float) -> list[str]:
+    """Waits until the newest answer has shown `distinct` different non-empty texts while streaming."""
+    seen: list[str] = []
+
+    def probe() -> bool:
+        last = window.last_message()
+        if last is None or last.role != "assistant" or last.id in after:
+            return False
+        if last.status != "streaming":
+            raise TestFailure(f"the answer ended ({last.status}) before it could be watched streaming: {last.text[:80]!r}")
+        if last.text and (not seen or seen[-1] != last.text):
+            seen.append(last.text)
+        return len(seen) >= distinct
+
+    wait_for(f"{distinct} growing texts of the streaming answer", probe, timeout, interval=0.05)
+    return seen
+
+
+def check_grew(seen: list[str]) -> None:
+    check(len(seen) >= 2, f"the answer did not stream: saw {len(seen)} text(s) while streaming: {seen!r}")
+    check(len(seen[-1]) > len(seen[0]), f"the streamed text did not grow: first {seen[0]!r}, last {seen[-1]!r}")
+
+
+def answer_stats(session: Session, message_id: str) -> tuple[str, int]:
+    """The line under an answer, and the number of tokens it says were generated."""
+    element = session.find(f'{testid("message")}[data-message-id="{message_id}"] {testid("answer-stats")}')
+    text = session.text(element) if element else ""
+    count = re.search(r"(?<![\d,.])(\d[\d,]*) tokens", text)
+    check(count is not None, f"the answer shows no token count: {text!r}")
+    return text, int(count.group(1).replace(",", ""))
+
+
+def wait_same(what: str, read: Callable[[], T], expected: T, timeout: float) -> None:
+    """Polls `read` until it returns `expected`; on timeout the failure shows both."""
+    last: list[T] = []
+
+    def probe() -> bool:
+        last[:] = [read()]
+        return last[0] == expected
+
+    try:
+        wait_for(what, probe, timeout)
+    except TestFailure:
+        raise TestFailure(f"{what}: shows {last[0] if last else None!r}, expected {expected!r}") from None
+
+
+def write_png(path: Path, width: int = 96, height: int = 64) -> None:
+    """A small gradient picture (a valid PNG, with no imaging library needed)."""
+    rows = b"".join(
+        b"\x00" + bytes(channel for x in range(width) for channel in (x * 255 // width, y * 255 // height, 160))
+        for y in range(height)
+    )
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def drag_positions(app: Rect, screen: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """Where the 80×80 drag source goes (beside the app, not over it) and where to drop."""
+    width, height = screen
+    for x, y in ((app.x + app.width + 5, app.y), (app.x - 85, app.y), (app.x, app.y + app.height + 5), (width - 85, 5)):
+        source = Rect(x, y, 80, 80)
+        if x >= 0 and y >= 0 and x + 80 <= width and y + 80 <= height and not source.overlaps(app):
+            return (x, y), app.center()
+    raise TestFailure(f"no room beside the app window {app} on a {width}×{height} screen for the drag source")
+
+
+class Scenario:
+    def __init__(self, args: argparse.Namespace, temp: Path) -> None:
+        self.args = args
+        self.home, self.data_dir = temp / "home", temp / "data"
+        self.home.mkdir()
+        self.image = temp / "pictures" / "sunset.png"
+        self.image.parent.mkdir()
+        write_png(self.image)
+        self.env = isolated_env(self.home)
+        self.desktop = Desktop(args.gtk_python, self.env)
+        self.steps = Steps(args.out, self.desktop)
+        self.driver = Driver(args.tauri_driver, self.env, args.out / "tauri-driver.log")
+        self.run: AppRun | None = None
+        self.window: Window | None = None
+
+    def launch(self) -> Window:
+        self.run = AppRun(self.driver, self.desktop, self.args.app, self.data_dir)
+        self.steps.session = self.run.session
+        self.window = Window(self.run.session)
+        security.start_origin_log(self.run.session)
+        return self.window
+
+    def restart(self, while_closed: Callable[[], None] | None = None) -> Window:
+        """Quits the app (after checking what its webview loaded) and starts it again."""
+        assert self.run is not None
+        security.check_bundled_origin(self.run.session)
+        self.steps.session = None
+        run, self.run = self.run, None
+        run.quit()
+        if while_closed is not None:
+            while_closed()
+        return self.launch()
+
+    def close(self) -> list[str]:
+        problems = []
+        if self.run is not None:
+            try:
+                self.run.quit()
+            except (TestFailure, WebDriverError) as err:
+                problems.append(f"could not quit the app: {err}")
+        return problems + self.driver.stop()
+
+    def main(self) -> None:
+        model = self.args.model.resolve()
+        steps = self.steps
+
+        with steps.step("the first-run screen appears without a model"):
+            if self.args.offline:
+                security.check_offline()
+            win = self.launch()
+            s = win.s
+            first_run = win.need(testid("first-run"), "the first-run screen", timeout=START_TIMEOUT)
+            heading = s.text(s.find("h1", root=first_run))
+            check(heading == WELCOME, f"the first-run heading is {heading!r}, expected {WELCOME!r}")
+            check(s.title() == APP_TITLE, f"the document title is {s.title()!r}")
+            status = s.text(win.need(testid("model-status"), "the status bar"))
+            check(status == "No model", f"the status bar shows {status!r}, expected 'No model'")
+            models_dir = self.data_dir / "models"
+            shown = s.text(win.need("#models-dir", "the models folder on the first-run screen"))
+            check(shown == str(models_dir), f"models folder shown as {shown!r}, expected {str(models_dir)!r}")
+            check(models_dir.is_dir(), f"the app did not create the models folder {models_dir}")
+            check((self.data_dir / "webview").is_dir(), f"the webview keeps its storage outside {self.data_dir}")
+            # If the CSP blocked the stylesheet, the layout grid would be missing.
+            root = s.find("#app")
+            check(root is not None and s.css(root, "display") == "grid", "styles.css is not applied")
+            time.sleep(1)  # WebKit paints asynchronously: let the first-run screen reach the surface
+            steps.shot("first-run")
+
+        with steps.step("Choose Folder… opens the native dialog; the chosen model loads"):
+            win.click(testid("choose-folder"), "the Choose Folder… button")
+            self.desktop.choose_folder(
+                FOLDER_DIALOG, model, timeout=30, before_accept=lambda: steps.screen_shot("folder-dialog")
+            )
+            win.model_ready(model.name, MODEL_TIMEOUT)
+            check(s.find(testid("first-run")) is None, "the first-run screen is still shown with the model ready")
+            win.need(testid("composer"), "the message field")
+            steps.shot("model-ready")
+
+        with steps.step("a message streams in and completes"):
+            # Greedy sampling makes the random-weight model's answers repeatable; image detail 70
+            # keeps step 7's image prompt small.
+            win.set_settings({"temperature": "0", "maxTokens": str(SHORT_ANSWER), "imageTokenBudget": "70"})
+            win.send(FIRST_MESSAGE)
+            seen = wait_streaming(win, set(), distinct=2, timeout=ANSWER_TIMEOUT)
+            check(win.shown(testid("stop")) is not None, "no Stop button while the answer streams")
+            steps.shot("streaming")
+            answer, more = watch_answer(win, set(), ANSWER_TIMEOUT)
+            seen += more
+            check(answer.status == "complete", f"the answer ended {answer.status!r}: {answer.text[:120]!r}")
+            check_grew(seen)
+            check(answer.text, "the completed answer is empty")
+            stats, generated = answer_stats(s, answer.id)
+            check(generated <= SHORT_ANSWER, f"{generated} tokens were generated with the limit set to {SHORT_ANSWER}: {stats!r}")
+            check(win.shown(testid("send")) is not None, "the Send button did not come back")
+            messages = win.messages()
+            check([m.role for m in messages] == ["user", "assistant"], f"messages: {messages}")
+            check(messages[0].text == FIRST_MESSAGE, f"the user message reads {messages[0].text!r}")
+            print(f"e2e:   streamed {len(seen)} growing texts; stats: {stats}")
+            steps.shot("answer-complete")
+
+        with steps.step("Esc stops an answer mid-stream and keeps it, marked stopped"):
+            win.set_settings({"maxTokens": str(LONG_ANSWER)})
+            before = {m.id for m in win.messages()}
+            win.send(SECOND_MESSAGE)
+            wait_streaming(win, before, distinct=2, timeout=ANSWER_TIMEOUT)
+            pressed = time.monotonic()
+            s.send_keys(s.find(testid("composer")), KEY_ESCAPE)
+            stopped, _ = watch_answer(win, before, timeout=30)
+            took = time.monotonic() - pressed
+            check(stopped.status == "stopped", f"after Esc the answer is {stopped.status!r}, expected 'stopped'")
+            check(stopped.text, "the stopped answer lost its text")
+            stats, generated = answer_stats(s, stopped.id)
+            check("Stopped" in stats, f"the stopped answer is not marked 'Stopped': {stats!r}")
+            check(generated < LONG_ANSWER, f"the answer ran to its limit before Esc: {stats!r}")
+            check(win.shown(testid("send")) is not None, "the Send button did not come back after stopping")
+            print(f"e2e:   stopped {took:.2f}s after Esc (WebDriver round trips included); stats: {stats}")
+            steps.shot("stopped")
+
+        with steps.step("Regenerate replaces the stopped answer with a complete one"):
+            win.set_settings({"maxTokens": str(SHORT_ANSWER)})
+            before = {m.id for m in win.messages()}
+            win.click(f'{testid("message")}[data-message-id="{stopped.id}"] {testid("regenerate")}', "Regenerate on the stopped answer")
+            answer, _ = watch_answer(win, before, ANSWER_TIMEOUT)
+            check(answer.status == "complete", f"the regenerated answer ended {answer.status!r}")
+            check(answer.text, "the regenerated answer is empty")
+            messages = win.messages()
+            check([m.role for m in messages] == ["user", "assistant"] * 2, f"messages after regenerate: {messages}")
+            check(stopped.id not in {m.id for m in messages}, "the stopped answer is still shown after Regenerate")
+            check(messages[2].text == SECOND_MESSAGE, f"the second user message reads {messages[2].text!r}")
+            steps.shot("regenerated")
+            first_conversation = win.active_conversation()
+            history = messages
+
+        with steps.step("after a restart the model reloads and the conversation opens as it was"):
+            win = self.restart()
+            s = win.s
+            win.model_ready(model.name, START_TIMEOUT + MODEL_TIMEOUT)
+            item = win.need(
+                f'{testid("conversation-item")}[data-conversation-id="{first_conversation}"]',
+                "the conversation in the sidebar after the restart",
+            )
+            title = s.text(item)
+            check(SEARCH_WORD in title, f"the conversation is listed as {title!r}")
+            win.open_conversation(first_conversation)
+            wait_same("the conversation after the restart", win.messages, history, 15)
+            steps.shot("after-restart")
+
+        with steps.step("a dropped image shows as a thumbnail, is sent, and is kept after a restart"):
+            win.set_settings({"maxTokens": str(LONG_ANSWER)})
+            win.click(testid("new-chat"), "the New Chat button")
+            app_rect = self.desktop.geometry(self.run.window)
+            source, target = drag_positions(app_rect, self.desktop.screen_size())
+            overlay = s.find(testid("drop-overlay"))
+            nudges = iter(range(10**6))
+
+            def while_over() -> None:
+                def shown() -> bool:
+                    self.desktop.nudge(target, next(nudges) % 3)
+                    return s.css(overlay, "display") != "none"  # it takes no pointer events, so no rect
+
+                wait_for("the drop overlay while dragging over the window", shown, 20, interval=0.1)
+                steps.shot("drop-overlay")
+
+            self.desktop.drag_files([self.image], source, target, while_over)
+            pending = win.need(f'{testid("pending-attachment")} img', "the dropped image's thumbnail", timeout=60)
+            check(win.image_loaded(pending), "the pending thumbnail does not show a picture")
+            check(s.attribute(pending, "alt") == self.image.name, f"the thumbnail is labelled {s.attribute(pending, 'alt')!r}")
+            check(s.css(overlay, "display") == "none", "the drop overlay stayed up after the drop")
+            steps.shot("pending-attachment")
+
+            win.send(IMAGE_MESSAGE)
+            # Found again on each poll: the message re-renders as the answer starts.
+            sent_image = f'{testid("message")}[data-role="user"] {testid("message-attachment")}'
+            wait_for("the sent image to show", lambda: (e := win.shown(sent_image)) is not None and win.image_loaded(e), 60)
+            check(not s.find_all(testid("pending-attachment")), "the thumbnail stayed in the composer after sending")
+            wait_streaming(win, set(), distinct=1, timeout=ANSWER_TIMEOUT)
+            win.click(testid("stop"), "the Stop button")
+            answer, _ = watch_answer(win, set(), timeout=30)
+            check(answer.status == "stopped", f"after Stop the answer is {answer.status!r}")
+            steps.shot("image-sent")
+            image_conversation = win.active_conversation()
+            check(image_conversation != first_conversation, "the image was sent into the earlier conversation")
+            image_history = win.messages()
+            check(image_history[0].images == 1, f"the sent message shows {image_history[0].images} images")
+
+            win = self.restart()
+            s = win.s
+            win.model_ready(model.name, START_TIMEOUT + MODEL_TIMEOUT)
+            win.open_conversation(image_conversation)
+            wait_same("the image conversation after the restart", win.messages, image_history, 15)
+            wait_for(
+                "the image in history to show after the restart",
+                lambda: (e := win.shown(testid("message-attachment"))) is not None and win.image_loaded(e),
+                60,
+            )
+            steps.shot("image-after-restart")
+
+        with steps.step("search finds the conversation"):
+            search = win.need(testid("search"), "the search field")
+            s.send_keys(search, SEARCH_WORD)
+            hits = wait_for(f"search hits for {SEARCH_WORD!r}", lambda: s.find_all(testid("search-hit")), 15)
+            found = {s.attribute(hit, "data-conversation-id") for hit in hits}
+            check(found == {first_conversation}, f"searching {SEARCH_WORD!r} found conversations {found}, expected {{{first_conversation}}}")
+            steps.shot("search")
+            s.click(s.find(".item-button", root=hits[0]))
+            wait_same("the conversation opened from the search hit", win.messages, history, 15)
+
+        with steps.step("hostile markdown in a stored conversation renders inert"):
+            db = self.data_dir / "chats.sqlite3"
+            hostile: list[tuple[str, int]] = []
+            win = self.restart(while_closed=lambda: hostile.append(security.write_hostile_conversation(db)))
+            s = win.s
+            hostile_id, count = hostile[0]
+            security.watch_violations(s)
+            win.open_conversation(first_conversation)
+            win.open_conversation(hostile_id)
+            wait_for("the hostile conversation to render", lambda: len(s.find_all(testid("message"))) == count, 30)
+            title = s.text(win.need(f'{testid("conversation-item")}[data-conversation-id="{hostile_id}"]', "its sidebar entry"))
+            check(security.XSS_TITLE in title, f"the hostile title is listed as {title!r}, not as its literal text")
+            seen = security.check_inert(s, count)
+            steps.shot("hostile-content")
+            link = win.need('.message-body a[href="https://example.com/docs"]', "the safe link in an answer")
+            s.click(link)
+            dialog = win.need(testid("link-dialog"), "the confirmation before opening a link")
+            check("https://example.com/docs" in s.text(dialog), f"the link dialog reads {s.text(dialog)!r}")
+            steps.shot("link-dialog")
+            win.click(testid("confirm-cancel"), "Cancel in the link dialog")
+            wait_for("the link dialog to close", lambda: s.find(testid("link-dialog")) is None, 10)
+            security.check_inert(s, count)
+            print(f"e2e:   {len(security.XSS_CORPUS)} payloads in {seen['messages']} messages; links kept: {seen['links']}")
+
+        with steps.step("the webview loaded nothing but the bundled app"):
+            loaded = security.check_bundled_origin(s)
+            print(f"e2e:   {loaded} URLs, all from the bundle (and every earlier run checked before its restart)")
+
+        with steps.step("the CSP, the capabilities and the navigation guard hold in the window"):
+            csp = security.check_csp(s)
+            print(f"e2e:   CSP: {csp}; reports: {security.violations(s)}")
+            refused = security.check_capabilities(s)
+            for answer in refused:
+                print(f"e2e:   refused {answer['cmd']}: {answer['detail'][:100]}")
+            security.check_no_navigation(s)
+            steps.shot("guards")
+
+        default_dir = self.home / ".local/share" / IDENTIFIER
+        check(not default_dir.exists(), f"the app wrote outside --data-dir, into {default_dir}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--app", required=True, type=Path, help="the gemma-desk binary")
+    parser.add_argument("--tauri-driver", required=True, type=Path)
+    parser.add_argument("--model", required=True, type=Path, help="the tiny fixture model folder")
+    parser.add_argument("--gtk-python", required=True, help="a python3 with GTK 3 bindings (python3-gi)")
+    parser.add_argument("--out", required=True, type=Path, help="folder for screenshots and logs")
+    parser.add_argument("--offline", action="store_true", help="check that no network but loopback is reachable")
+    args = parser.parse_args()
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    for old in args.out.glob("*.png"):
+        old.unlink()
+    temp = Path(tempfile.mkdtemp(prefix="gemma-desk-e2e-"))
+    started = time.monotonic()
+    failure = None
+    scenario = None
+    try:
+        scenario = Scenario(args, temp)
+        scenario.main()
+    except (TestFailure, WebDriverError) as err:
+        failure = str(err)
+    finally:
+        if scenario is not None:
+            problems = scenario.close()
+            failure = failure or "; ".join(problems) or None
+
+    if failure:
+        log = args.out / "tauri-driver.log"
+        if log.exists():
+            tail = log.read_text(errors="replace").splitlines()[-40:]
+            print("\n".join(["e2e: tauri-driver log (last lines):", *tail]), file=sys.stderr)
+        print(f"e2e: FAILED: {failure}", file=sys.stderr)
+        print(f"e2e: kept the app's temporary folders in {temp}", file=sys.stderr)
+        return 1
+    shutil.rmtree(temp, ignore_errors=True)
+    shots = sorted(path.name for path in args.out.glob("*.png"))
+    print(f"e2e: passed in {time.monotonic() - started:.0f}s; screenshots in {args.out}: {', '.join(shots)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
