@@ -285,6 +285,10 @@ impl Chat {
         }
         let events = self.events.clone();
         let finished = self.active.clone();
+        let canceller = self.engine.canceller();
+        let store = self.store.clone();
+        // Set when the answer could not be saved: the answer is stopped and ends with this error.
+        let mut save_error: Option<String> = None;
         let ids = (conversation_id.to_owned(), message_id.clone());
         let context_window = settings.context_length;
         let on_event = move |event: Event| {
@@ -295,9 +299,21 @@ impl Chat {
                     delta,
                     token_count,
                 } => {
-                    // A failed write (the conversation was deleted) stops saving, not streaming.
-                    if writer.as_mut().is_some_and(|w| w.push(&delta).is_err()) {
+                    if let Some(Err(err)) = writer.as_mut().map(|w| w.push(&delta)) {
                         writer = None;
+                        // A deleted conversation was stopped by its deletion; anything else (a
+                        // full disk) stops the answer and says so, rather than streaming on as
+                        // if it were kept.
+                        if store.get_conversation(&conversation_id).is_ok() {
+                            save_error = Some(format!(
+                                "The answer could not be saved ({err}), so it was stopped. \
+                                 What was saved before is kept."
+                            ));
+                            canceller.cancel(generation_id);
+                        }
+                    }
+                    if save_error.is_some() {
+                        return;
                     }
                     events.generation(&GenerationEvent::Delta {
                         generation_id,
@@ -320,6 +336,18 @@ impl Chat {
                         let _ = writer.finish(status, Some(&usage), None);
                     }
                     *lock(&finished) = None;
+                    if let Some(message) = save_error.take() {
+                        events.generation(&GenerationEvent::Error {
+                            generation_id,
+                            conversation_id,
+                            message_id,
+                            error: CommandError {
+                                kind: ErrorKind::Io,
+                                message,
+                            },
+                        });
+                        return;
+                    }
                     events.generation(&GenerationEvent::Done {
                         generation_id,
                         conversation_id,
@@ -342,6 +370,13 @@ impl Chat {
                             kind: ErrorKind::Internal,
                             message,
                         },
+                    };
+                    let error = match save_error.take() {
+                        Some(message) => CommandError {
+                            kind: ErrorKind::Io,
+                            message,
+                        },
+                        None => error,
                     };
                     if let Some(writer) = writer.take() {
                         let _ = writer.finish(MessageStatus::Error, None, Some(&error.message));

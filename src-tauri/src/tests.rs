@@ -236,6 +236,50 @@ fn stop_ends_the_answer_quickly_and_keeps_the_partial_text_marked_stopped() {
 }
 
 #[test]
+fn an_answer_that_can_no_longer_be_saved_is_stopped_and_says_so() {
+    let h = Harness::with_model();
+    for _ in 0..5 {
+        let sent = h.send("Tell me a long story", &long()).unwrap();
+        while h.generation_events(sent.generation_id).len() < 3 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The answer's row stops taking text (as a full disk would refuse it).
+        h.state
+            .store
+            .finish_assistant_message(
+                &sent.assistant_message_id,
+                MessageStatus::Stopped,
+                None,
+                None,
+            )
+            .unwrap();
+        let events = h.finish(sent.generation_id);
+        match events.last().unwrap() {
+            GenerationEvent::Done { usage, .. } if usage.stop_reason != StopReason::Cancelled => {
+                continue; // it ended on its own before its next write
+            }
+            GenerationEvent::Error { error, .. } => {
+                assert_eq!(error.kind, ErrorKind::Io, "{error:?}");
+                assert!(error.message.contains("could not be saved"), "{error:?}");
+                // Stopped right away, not streamed on to the token limit.
+                let deltas = events.len() - 1;
+                assert!(deltas < 2000, "{deltas} deltas after the failed save");
+                assert!(!h.state.chat.is_busy());
+                // The app stays usable.
+                let next = h.send("Hello again", &short()).unwrap();
+                assert!(matches!(
+                    h.finish(next.generation_id).last(),
+                    Some(GenerationEvent::Done { .. })
+                ));
+                return;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("every answer ended before it could be stopped");
+}
+
+#[test]
 fn a_second_message_while_answering_is_refused_visibly_and_nothing_is_saved() {
     let h = Harness::with_model();
     let sent = h.send("First", &long()).unwrap();

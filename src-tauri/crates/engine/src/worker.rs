@@ -264,6 +264,27 @@ impl Engine {
 
     /// Asks a generation to stop after the current token; true if it was queued or running.
     pub fn cancel(&self, id: u64) -> bool {
+        self.canceller().cancel(id)
+    }
+
+    /// A handle that can stop generations, e.g. from inside an event callback, without holding
+    /// the engine (whose last owner joins the engine thread when dropped).
+    pub fn canceller(&self) -> Canceller {
+        Canceller {
+            running: self.running.clone(),
+        }
+    }
+}
+
+/// Stops generations of one engine by id (see [`Engine::canceller`]).
+#[derive(Clone)]
+pub struct Canceller {
+    running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>>,
+}
+
+impl Canceller {
+    /// Asks a generation to stop after the current token; true if it was queued or running.
+    pub fn cancel(&self, id: u64) -> bool {
         match self.running.lock().ok().and_then(|r| r.get(&id).cloned()) {
             Some(flag) => {
                 flag.store(true, Ordering::Relaxed);
