@@ -72,9 +72,20 @@ class Desktop:
         return int(width), int(height)
 
     def windows(self, title: str) -> list[int]:
-        """Visible windows whose title is exactly `title`."""
-        found = self.xdotool("search", "--onlyvisible", "--name", f"^{re.escape(title)}$")
-        return [int(line) for line in found.split()]
+        """Visible windows whose title is exactly `title`.
+
+        A search walks every window; one destroyed meanwhile (an app quitting) makes xdotool fail
+        with BadWindow, so a failed search is tried again.
+        """
+        for attempt in range(5):
+            try:
+                found = self.xdotool("search", "--onlyvisible", "--name", f"^{re.escape(title)}$")
+                return [int(line) for line in found.split()]
+            except DesktopError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.2)
+        raise AssertionError("unreachable")
 
     def wait_for_window(self, title: str, timeout: float) -> int:
         return poll(f"a window titled {title!r}", lambda: next(iter(self.windows(title)), None), timeout)
