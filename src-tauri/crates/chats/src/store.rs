@@ -81,6 +81,37 @@ impl Store {
         })
     }
 
+    /// Moves a database that cannot be opened (and its attachments) out of the way, into a new
+    /// folder `damaged-<unix seconds>` of `data_dir`, so that the next [`Store::open`] starts an
+    /// empty history while nothing of the old one is deleted. Returns that folder.
+    pub fn set_aside(data_dir: &Path) -> Result<PathBuf> {
+        let stamp = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let mut folder = data_dir.join(format!("damaged-{stamp}"));
+        let mut n = 1;
+        while folder.exists() {
+            n += 1;
+            folder = data_dir.join(format!("damaged-{stamp}-{n}"));
+        }
+        fs::create_dir_all(&folder).map_err(|e| Error::io("create folder", &folder, e))?;
+        let names = [
+            DATABASE_FILE.to_owned(),
+            format!("{DATABASE_FILE}-wal"),
+            format!("{DATABASE_FILE}-shm"),
+            ATTACHMENTS_DIR.to_owned(),
+        ];
+        for name in names {
+            let from = data_dir.join(&name);
+            if from.exists() {
+                fs::rename(&from, folder.join(&name))
+                    .map_err(|e| Error::io("move aside", &from, e))?;
+            }
+        }
+        Ok(folder)
+    }
+
     /// Path of the SQLite file.
     pub fn database_path(&self) -> &Path {
         &self.db_path

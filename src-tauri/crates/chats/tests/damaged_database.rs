@@ -70,3 +70,42 @@ fn damaged_pages_are_reported_not_read_as_messages() {
     }
     assert!(detected >= 3, "only {detected} of 5 damages were noticed");
 }
+
+#[test]
+fn a_database_that_cannot_be_opened_is_set_aside_whole_and_a_fresh_one_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = chats::Store::open(dir.path()).unwrap();
+        let c = store.create_conversation("kept").unwrap();
+        store
+            .add_message(&c.id, Role::User, "remember me", &[])
+            .unwrap();
+    }
+    let db = dir.path().join(chats::DATABASE_FILE);
+    let mut bytes = std::fs::read(&db).unwrap();
+    bytes[..16].copy_from_slice(b"not a database!!");
+    std::fs::write(&db, &bytes).unwrap();
+    std::fs::write(
+        dir.path().join(chats::ATTACHMENTS_DIR).join("photo.png"),
+        b"png",
+    )
+    .unwrap();
+    let error = chats::Store::open(dir.path())
+        .err()
+        .expect("a damaged header must not open");
+    assert!(error.to_string().contains("not a database"), "{error}");
+
+    let aside = chats::Store::set_aside(dir.path()).unwrap();
+    let store = chats::Store::open(dir.path()).unwrap();
+    assert!(store.list_conversations().unwrap().is_empty());
+    // Nothing of the old history was deleted: the damaged file and the attachments moved.
+    assert_eq!(
+        std::fs::read(aside.join(chats::DATABASE_FILE)).unwrap(),
+        bytes
+    );
+    assert_eq!(
+        std::fs::read(aside.join(chats::ATTACHMENTS_DIR).join("photo.png")).unwrap(),
+        b"png"
+    );
+    assert!(aside.starts_with(dir.path()));
+}
