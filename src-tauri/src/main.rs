@@ -8,6 +8,7 @@ mod data_dir;
 mod error;
 mod events;
 mod launch;
+mod launch_error;
 mod links;
 mod memory;
 mod model_setup;
@@ -25,7 +26,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use engine::models::HfCache;
-use tauri::{App, DragDropEvent, Manager, RunEvent, WebviewWindowBuilder, WindowEvent};
+use tauri::{AppHandle, DragDropEvent, Manager, RunEvent, WebviewWindowBuilder, WindowEvent};
 
 use crate::attachments::DropEvent;
 use crate::data_dir::DataDir;
@@ -82,33 +83,59 @@ fn run() -> anyhow::Result<()> {
     };
     let data_dir = DataDir::new(data_dir);
     let events: Arc<dyn Events> = Arc::new(app.handle().clone());
-    let state = AppState::open(
-        data_dir.clone(),
-        HfCache::from_process_env(),
-        HUB_URL.to_owned(),
-        events,
-    )?;
+    let chats_dir = data_dir.chats();
+    let open = move || {
+        AppState::open(
+            data_dir.clone(),
+            HfCache::from_process_env(),
+            HUB_URL.to_owned(),
+            events.clone(),
+        )
+    };
+    // A failure here is shown in a native dialog once the event loop runs: opened from Finder,
+    // nobody reads stderr.
+    let mut failed = match open() {
+        Ok(state) => {
+            start(app.handle(), state)?;
+            None
+        }
+        Err(err) => Some(err),
+    };
+    app.run(move |handle, event| match event {
+        RunEvent::Ready => {
+            if let Some(err) = failed.take() {
+                eprintln!("gemma-desk: {err:#}");
+                launch_error::recover(handle, err, chats_dir.clone(), open.clone(), start);
+            }
+        }
+        RunEvent::Exit => {
+            // Ends a running answer cleanly so it is saved as stopped, not left mid-write.
+            if let Some(state) = handle.try_state::<AppState>() {
+                state.chat.shutdown();
+            }
+        }
+        _ => {}
+    });
+    Ok(())
+}
+
+/// Hands the state to the app, opens the window and starts loading the model.
+fn start(app: &AppHandle, state: AppState) -> anyhow::Result<()> {
     let models = state.models.clone();
-    let chat = state.chat.clone();
+    let data_dir = state.data_dir.clone();
     app.manage(state);
-    open_main_window(&app, &data_dir)?;
+    open_main_window(app, &data_dir)?;
     std::thread::Builder::new()
         .name("model-startup".into())
         .spawn(move || models.load_at_startup())
         .context("could not start loading the model")?;
-    app.run(move |_, event| {
-        if let RunEvent::Exit = event {
-            // Ends a running answer cleanly so it is saved as stopped, not left mid-write.
-            chat.shutdown();
-        }
-    });
     Ok(())
 }
 
 /// Opens the window described in tauri.conf.json (`"create": false` there), keeping the
 /// webview's storage inside the data folder, never navigating away from the bundled UI, and
 /// handling OS file drops in Rust.
-fn open_main_window(app: &App, data_dir: &DataDir) -> anyhow::Result<()> {
+fn open_main_window(app: &AppHandle, data_dir: &DataDir) -> anyhow::Result<()> {
     let config = app
         .config()
         .app
@@ -121,7 +148,7 @@ fn open_main_window(app: &App, data_dir: &DataDir) -> anyhow::Result<()> {
         .on_navigation(is_bundled)
         .build()
         .context("could not open the main window")?;
-    let handle = app.handle().clone();
+    let handle = app.clone();
     window.on_window_event(move |event| {
         let WindowEvent::DragDrop(drop) = event else {
             return;

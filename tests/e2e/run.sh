@@ -64,7 +64,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   exit 2
 fi
 
-exec "${netns[@]}" sh -c '"$0" link set lo up && exec "$@"' "$ip_tool" \
+"${netns[@]}" sh -c '"$0" link set lo up && exec "$@"' "$ip_tool" \
   xvfb-run --auto-servernum --server-args="-screen 0 1280x900x24" \
   python3 "$here/scenario.py" --app "$app" --tauri-driver "$tauri_driver" --model "$model" \
   --gtk-python "$gtk_python" --out "$root/tests/out/e2e" --offline
+exec "${netns[@]}" sh -c '"$0" link set lo up && exec "$@"' "$ip_tool" \
+  xvfb-run --auto-servernum --server-args="-screen 0 1280x900x24" \
+  "$here/damaged_history.sh" "$app" "$gtk_python" "$root/tests/out/e2e"
