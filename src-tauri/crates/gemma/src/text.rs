@@ -655,10 +655,12 @@ impl TextModel {
                 let all = fast::rms_norm(joined.reshape(&[b, t, -1, d])?, None, self.eps)?
                     .multiply(scales)?
                     .transpose_axes(&[0, 2, 1, 3])?;
-                let qk_v = all.split_at_indices(&[heads + kv_heads], 1)?;
-                let qk = self.rope(layer, &qk_v[0], offset)?;
-                let q_k = qk.split_at_indices(&[heads], 1)?;
-                let (keys, values) = cache.update_and_fetch(q_k[1].clone(), qk_v[1].clone())?;
+                // RoPE runs over the whole tensor (v's rotated rows are dropped): on a slice of
+                // the transposed tensor, MLX-CUDA 0.32.2's RoPE kernel writes out of bounds.
+                let roped = self.rope(layer, &all, offset)?;
+                let q_k = roped.split_at_indices(&[heads, heads + kv_heads], 1)?;
+                let v = all.split_at_indices(&[heads + kv_heads], 1)?;
+                let (keys, values) = cache.update_and_fetch(q_k[1].clone(), v[1].clone())?;
                 return self.attend(a, &q_k[0], keys, values, mask, b, t, heads * d);
             }
         }
