@@ -26,6 +26,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use engine::models::HfCache;
+use tauri::webview::NewWindowResponse;
 use tauri::{AppHandle, DragDropEvent, Manager, RunEvent, WebviewWindowBuilder, WindowEvent};
 
 use crate::attachments::DropEvent;
@@ -146,6 +147,8 @@ fn open_main_window(app: &AppHandle, data_dir: &DataDir) -> anyhow::Result<()> {
     let window = WebviewWindowBuilder::from_config(app, config)?
         .data_directory(data_dir.webview())
         .on_navigation(is_bundled)
+        // No popups: links open in the system browser through `open_link`, after confirmation.
+        .on_new_window(|_, _| NewWindowResponse::Deny)
         .build()
         .context("could not open the main window")?;
     let handle = app.clone();
