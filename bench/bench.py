@@ -111,6 +111,8 @@ def metrics(r: dict) -> dict:
     out["decode"] = (d["tokens"] - 1) / d["decode_s"] if d["decode_s"] > 0 else float("nan")
     out["image_ttft_ms"] = r["image"]["ttft_s"] * 1000
     out["followup_ttft_ms"] = r["followup"]["ttft_s"] * 1000
+    if "again_ttft_s" in r["followup"]:
+        out["followup_again_ttft_ms"] = r["followup"]["again_ttft_s"] * 1000
     return out
 
 
@@ -129,6 +131,7 @@ def rows(prefill: list[int], decode: int, decode_prompt: int, conversation: int,
         ("decode", f"decode {decode} after {decode_prompt} (tok/s)", True, decode_target),
         ("image_ttft_ms", f"image TTFT, {image_tokens} soft tokens + question (ms)", False, 0.8),
         ("followup_ttft_ms", f"follow-up TTFT in a {conversation}-token chat (ms)", False, 0.3),
+        ("followup_again_ttft_ms", "the next follow-up, its shapes met once (ms)", False, None),
     ]
     return out
 
