@@ -288,7 +288,7 @@ impl Chat {
         let canceller = self.engine.canceller();
         let store = self.store.clone();
         // Set when the answer could not be saved: the answer is stopped and ends with this error.
-        let mut save_error: Option<String> = None;
+        let mut save_error: Option<CommandError> = None;
         let ids = (conversation_id.to_owned(), message_id.clone());
         let context_window = settings.context_length;
         let on_event = move |event: Event| {
@@ -305,10 +305,13 @@ impl Chat {
                         // full disk) stops the answer and says so, rather than streaming on as
                         // if it were kept.
                         if store.get_conversation(&conversation_id).is_ok() {
-                            save_error = Some(format!(
-                                "The answer could not be saved ({err}), so it was stopped. \
-                                 What was saved before is kept."
-                            ));
+                            save_error = Some(CommandError {
+                                kind: ErrorKind::Io,
+                                message: format!(
+                                    "The answer could not be saved ({err}), so it was stopped. \
+                                     What was saved before is kept."
+                                ),
+                            });
                             canceller.cancel(generation_id);
                         }
                     }
@@ -336,15 +339,12 @@ impl Chat {
                         let _ = writer.finish(status, Some(&usage), None);
                     }
                     *lock(&finished) = None;
-                    if let Some(message) = save_error.take() {
+                    if let Some(error) = save_error.take() {
                         events.generation(&GenerationEvent::Error {
                             generation_id,
                             conversation_id,
                             message_id,
-                            error: CommandError {
-                                kind: ErrorKind::Io,
-                                message,
-                            },
+                            error,
                         });
                         return;
                     }
@@ -371,13 +371,7 @@ impl Chat {
                             message,
                         },
                     };
-                    let error = match save_error.take() {
-                        Some(message) => CommandError {
-                            kind: ErrorKind::Io,
-                            message,
-                        },
-                        None => error,
-                    };
+                    let error = save_error.take().unwrap_or(error);
                     if let Some(writer) = writer.take() {
                         let _ = writer.finish(MessageStatus::Error, None, Some(&error.message));
                     }

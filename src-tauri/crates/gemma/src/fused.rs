@@ -1,5 +1,6 @@
-//! Elementwise chains compiled by MLX into one kernel each (shape-independent traces): the tanh
-//! GELU, the GELU-gated product of the MLP and per-layer inputs, and the logit soft cap.
+//! Elementwise chains compiled by MLX into one kernel each (shape-independent traces): the
+//! tanh-GELU-gated product of the MLPs (text and vision) and per-layer inputs, the residual
+//! add-and-scale, and the logit soft cap.
 //!
 //! Unfused, one GELU is about a dozen primitives; on a GPU, decoding is bound by how many
 //! primitives MLX dispatches per token, so these few functions matter. A compiled function is
@@ -14,7 +15,6 @@ use mlx_rs::Array;
 
 use crate::error::Result;
 
-type Unary = Box<dyn FnMut(&Array) -> std::result::Result<Array, Exception>>;
 type Binary =
     Box<dyn for<'a> FnMut((&'a Array, &'a Array)) -> std::result::Result<Array, Exception>>;
 type Ternary = Box<
@@ -40,7 +40,6 @@ fn gelu_graph(x: &Array) -> std::result::Result<Array, Exception> {
 }
 
 thread_local! {
-    static GELU: RefCell<Unary> = RefCell::new(Box::new(compile(gelu_graph, true)));
     static GEGLU: RefCell<Binary> = RefCell::new(Box::new(compile(
         |(gate, x): (&Array, &Array)| gelu_graph(gate)?.multiply(x),
         true,
@@ -60,12 +59,7 @@ pub fn add_scaled(a: &Array, b: &Array, s: &Array) -> Result<Array> {
     Ok(ADD_SCALED.with(|f| (f.borrow_mut())((a, b, s)))?)
 }
 
-/// GELU with the tanh approximation.
-pub fn gelu_tanh(x: &Array) -> Result<Array> {
-    Ok(GELU.with(|f| (f.borrow_mut())(x))?)
-}
-
-/// `gelu_tanh(gate) · x`.
+/// `gelu(gate) · x`, the GELU in its tanh approximation.
 pub fn geglu(gate: &Array, x: &Array) -> Result<Array> {
     Ok(GEGLU.with(|f| (f.borrow_mut())((gate, x)))?)
 }
@@ -121,7 +115,6 @@ mod tests {
                     .all(|(p, q)| (p - q).abs() <= 1e-6 * (1.0 + q.abs()))
             };
             assert!(close(&geglu(&g, &x).unwrap(), &eager_geglu));
-            assert!(close(&gelu_tanh(&g).unwrap(), &tanh_form(&g)));
             let s = Array::from_f32(0.5);
             let expect = x.add(&g).unwrap().multiply(&s).unwrap();
             assert!(close(&add_scaled(&x, &g, &s).unwrap(), &expect));

@@ -20,11 +20,6 @@ pub(crate) fn scalar(value: f32, dtype: Dtype) -> Result<Array> {
     Ok(Array::from_f32(value).as_dtype(dtype)?)
 }
 
-/// GELU with the tanh approximation, in the input's dtype (one compiled kernel).
-pub(crate) fn gelu_tanh(x: &Array) -> Result<Array> {
-    crate::fused::gelu_tanh(x)
-}
-
 struct Attention {
     /// `q_proj`, or `q_proj | k_proj | v_proj` side by side in layers that own their K/V.
     qkv: SideBySide,

@@ -9,8 +9,9 @@ use mlx_rs::{Array, Dtype};
 
 use crate::config::{Config, VisionConfig};
 use crate::error::{Error, Result};
+use crate::fused::geglu;
 use crate::quant::{load_linear, Linear};
-use crate::text::{gelu_tanh, scalar};
+use crate::text::scalar;
 use crate::weights::WeightStore;
 
 /// A linear layer whose input and output are clamped to bounds stored in the checkpoint.
@@ -275,7 +276,7 @@ impl VisionTower {
         let u = fast::rms_norm(&h, Some(&l.norms[2]), eps)?;
         let m = l
             .down
-            .forward(&gelu_tanh(&l.gate.forward(&u)?)?.multiply(l.up.forward(&u)?)?)?;
+            .forward(&geglu(&l.gate.forward(&u)?, &l.up.forward(&u)?)?)?;
         Ok(h.add(fast::rms_norm(&m, Some(&l.norms[3]), eps)?)?)
     }
 
