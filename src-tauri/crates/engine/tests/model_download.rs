@@ -116,6 +116,11 @@ impl FakeHub {
             .collect()
     }
 
+    /// The last request served for `file`.
+    fn last_served(&self, file: &str) -> Result<Served> {
+        self.served(file).pop().context("nothing served")
+    }
+
     fn content(&self, file: &str) -> Vec<u8> {
         let state = self.lock();
         let found = state.files.iter().find(|f| f.path == file);
@@ -611,11 +616,7 @@ fn cancel_stops_a_stalled_download_and_keeps_what_arrived() -> Result<()> {
     hub.clear_faults();
     let (resumed, _) = run(&download);
     assert_complete(&resumed?, &hub)?;
-    let last = hub
-        .served(WEIGHTS)
-        .last()
-        .cloned()
-        .context("nothing served")?;
+    let last = hub.last_served(WEIGHTS)?;
     assert_eq!(last.range_from, Some(50_000));
     Ok(())
 }
@@ -798,11 +799,7 @@ fn download_onto_a_full_disk(models: &Path) -> Result<()> {
     std::fs::remove_file(&filler)?;
     let (resumed, reports) = run(&download);
     assert_complete(&resumed?, &hub)?;
-    let last = hub
-        .served(WEIGHTS)
-        .last()
-        .cloned()
-        .context("nothing served")?;
+    let last = hub.last_served(WEIGHTS)?;
     ensure!(last.range_from == Some(kept as usize), "{last:?}");
     assert_progress_sane(&reports)?;
     Ok(())
