@@ -172,15 +172,30 @@ impl Bench {
     }
 }
 
+/// Prefills `prompt` into fresh caches and samples the first token (greedy): the start of a
+/// decode loop.
+fn first_token(
+    model: &gemma::Model,
+    prompt: &[u32],
+) -> Result<(Vec<gemma::KvCache>, Sampler, Array)> {
+    let mut caches = model.new_caches();
+    let logits = model.forward(prompt, &[], &mut caches, Some(1))?;
+    let mut sampler = Sampler::new(SamplerConfig::greedy())?;
+    let y = sampler.sample(&logits, &no_history())?;
+    Ok((caches, sampler, y))
+}
+
+/// The greedy sampler's (unused) token history.
+fn no_history() -> Array {
+    Array::from_slice::<u32>(&[], &[0])
+}
+
 /// Where a decode step's time goes, per token (median milliseconds): building the graph in
 /// Rust, dispatching it (`async_eval`: MLX encodes every primitive on this thread), and waiting
 /// for the previous token while the device works. Steps are pipelined as in `generate`.
 fn decode_profile(model: &gemma::Model, prompt: &[u32], steps: usize) -> Result<serde_json::Value> {
-    let mut caches = model.new_caches();
-    let logits = model.forward(prompt, &[], &mut caches, Some(1))?;
-    let mut sampler = Sampler::new(SamplerConfig::greedy())?;
-    let none = Array::from_slice::<u32>(&[], &[0]);
-    let mut y = sampler.sample(&logits, &none)?;
+    let (mut caches, mut sampler, mut y) = first_token(model, prompt)?;
+    let none = no_history();
     async_eval([&y])?;
     let (mut build, mut dispatch, mut wait) = (Vec::new(), Vec::new(), Vec::new());
     let start = Instant::now();
@@ -211,11 +226,8 @@ fn decode_profile(model: &gemma::Model, prompt: &[u32], steps: usize) -> Result<
 /// Primitives MLX evaluates for one decode step (the sampled token and the updated caches),
 /// by kind, read from MLX's DOT export of the graph.
 fn step_graph(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::Value> {
-    let mut caches = model.new_caches();
-    let logits = model.forward(prompt, &[], &mut caches, Some(1))?;
-    let mut sampler = Sampler::new(SamplerConfig::greedy())?;
-    let none = Array::from_slice::<u32>(&[], &[0]);
-    let y = sampler.sample(&logits, &none)?;
+    let (mut caches, mut sampler, y) = first_token(model, prompt)?;
+    let none = no_history();
     let mut evaluated: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
     evaluated.push(&y);
     mlx_rs::transforms::eval(evaluated)?;
