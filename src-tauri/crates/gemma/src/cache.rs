@@ -20,7 +20,9 @@ use crate::error::{Error, Result};
 /// without re-prefilling the whole conversation.
 pub const REWIND_SLACK: usize = 64;
 
-/// One owning layer's cache.
+/// One owning layer's cache. A clone shares the (immutable) arrays: it is a snapshot the
+/// original's later appends do not change.
+#[derive(Clone)]
 pub enum KvCache {
     /// Every position since the start (full-attention layers).
     Full(Buffer),
@@ -30,7 +32,7 @@ pub enum KvCache {
 
 /// Keys and values `[1, kv_heads, len, head_dim]` (stored plain, or quantized as packed
 /// weights, scales and biases of each) and the number of positions processed.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Buffer {
     /// Every stored array has the positions on axis 2: `[k, v]` or `[kq, ks, kb, vq, vs, vb]`.
     parts: Vec<Array>,

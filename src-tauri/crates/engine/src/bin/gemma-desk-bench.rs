@@ -223,6 +223,51 @@ fn decode_profile(model: &gemma::Model, prompt: &[u32], steps: usize) -> Result<
     }))
 }
 
+/// Where a follow-up turn's time goes: `history` is prefilled once, then the `new` tokens are
+/// prefilled `reps` times from the same cached state (a snapshot of the caches), each split into
+/// building the graph, evaluating it, and sampling the first token (milliseconds, in order:
+/// the first repetition pays any one-time work for these shapes).
+fn followup_profile(
+    model: &gemma::Model,
+    history: &[u32],
+    new: &[u32],
+    chunk: usize,
+    reps: usize,
+) -> Result<serde_json::Value> {
+    let mut caches = model.new_caches();
+    for part in history.chunks(chunk.max(1)) {
+        let out = model.forward(part, &[], &mut caches, Some(1))?;
+        let mut evaluated: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
+        evaluated.push(&out);
+        mlx_rs::transforms::eval(evaluated)?;
+    }
+    let none = no_history();
+    let (mut build, mut evaluate, mut sample) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let mut turn = caches.clone();
+        let t0 = Instant::now();
+        let logits = model.forward(new, &[], &mut turn, Some(1))?;
+        let t1 = Instant::now();
+        let mut evaluated: Vec<&Array> = turn.iter().flat_map(|c| c.arrays()).collect();
+        evaluated.push(&logits);
+        mlx_rs::transforms::eval(evaluated)?;
+        let t2 = Instant::now();
+        let mut sampler = Sampler::new(SamplerConfig::greedy())?;
+        sampler.sample(&logits, &none)?.try_item_exact::<u32>()?;
+        let t3 = Instant::now();
+        build.push((t1 - t0).as_secs_f64() * 1e3);
+        evaluate.push((t2 - t1).as_secs_f64() * 1e3);
+        sample.push((t3 - t2).as_secs_f64() * 1e3);
+    }
+    Ok(json!({
+        "history_tokens": history.len(),
+        "new_tokens": new.len(),
+        "build_ms": build,
+        "eval_ms": evaluate,
+        "sample_ms": sample,
+    }))
+}
+
 /// Primitives MLX evaluates for one decode step (the sampled token and the updated caches),
 /// by kind, read from MLX's DOT export of the graph.
 fn step_graph(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::Value> {
@@ -392,6 +437,14 @@ fn main() -> Result<()> {
     // difference from the first follow-up is one-time work (kernel compilation, allocation).
     let turn3: Vec<u32> = [turn2.as_slice(), &t.ids, &f.suffix].concat();
     let again = bench.generate(&mut session, &turn3, 1)?;
+    let history: Vec<u32> = [f.turn1.as_slice(), &answer.ids].concat();
+    let profile_followup = followup_profile(
+        &bench.loaded.model,
+        &history[..history.len() - 1],
+        &turn2[history.len() - 1..],
+        bench.options.prefill_chunk,
+        4,
+    )?;
 
     let result = json!({
         "engine": "gemma-desk",
@@ -409,6 +462,7 @@ fn main() -> Result<()> {
             "reused_tokens": t.reused,
             "again_ttft_s": again.times[0],
             "again_reused_tokens": again.reused,
+            "profile": profile_followup,
         },
         "peak_rss_bytes": peak_rss_bytes(),
         "mlx_peak_bytes": mlx_peak_bytes(),
