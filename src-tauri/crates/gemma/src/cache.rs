@@ -67,25 +67,26 @@ impl Buffer {
         })
     }
 
-    /// The stored keys and values, dequantized when quantized.
-    fn fetch(&self) -> Result<(Array, Array)> {
+    /// The stored keys and values of the last `last` positions (all when `None`), dequantized
+    /// when quantized.
+    fn fetch(&self, last: Option<usize>) -> Result<(Array, Array)> {
+        let len = self.len();
+        let tail = |a: &Array| match last {
+            Some(n) if n < len => a.index((.., .., (len - n) as i32.., ..)),
+            _ => a.clone(),
+        };
         match (self.quant, self.parts.as_slice()) {
-            (None, [k, v]) => Ok((k.clone(), v.clone())),
+            (None, [k, v]) => Ok((tail(k), tail(v))),
             (Some(q), [kq, ks, kb, vq, vs, vb]) => Ok((
-                dequantize(kq, ks, kb, q.group_size, q.bits)?,
-                dequantize(vq, vs, vb, q.group_size, q.bits)?,
+                dequantize(&tail(kq), &tail(ks), &tail(kb), q.group_size, q.bits)?,
+                dequantize(&tail(vq), &tail(vs), &tail(vb), q.group_size, q.bits)?,
             )),
             _ => Err(Error::Input("the cache is empty".into())),
         }
     }
 
-    /// Appends after keeping at most `keep_last` old positions; returns the whole buffer.
-    fn append(
-        &mut self,
-        keys: Array,
-        values: Array,
-        keep_last: Option<usize>,
-    ) -> Result<(Array, Array)> {
+    /// Appends after keeping at most `keep_last` old positions.
+    fn append(&mut self, keys: Array, values: Array, keep_last: Option<usize>) -> Result<()> {
         let added = keys.shape()[2] as usize;
         let new = self.encode(keys, values)?;
         let len = self.len() as i32;
@@ -107,7 +108,7 @@ impl Buffer {
                 .collect::<std::result::Result<_, _>>()?
         };
         self.offset += added;
-        self.fetch()
+        Ok(())
     }
 }
 
@@ -130,13 +131,13 @@ impl KvCache {
         self.buffer().offset
     }
 
-    /// Number of key positions the next call with `new` positions will attend.
+    /// Number of key positions the next call with `new` positions will attend: for a sliding
+    /// cache, the `window − 1` positions before the first new one (what its first query sees)
+    /// and the new ones — so a single new position sees all it is given, with no mask.
     pub fn keys_after(&self, new: usize) -> usize {
         match self {
             KvCache::Full(b) => b.len() + new,
-            KvCache::Sliding { buffer, window } => {
-                buffer.len().min(window - 1 + REWIND_SLACK) + new
-            }
+            KvCache::Sliding { buffer, window } => buffer.len().min(window - 1) + new,
         }
     }
 
@@ -147,11 +148,17 @@ impl KvCache {
     }
 
     /// Adds this call's keys and values and returns everything the call attends.
+    /// (The positions a sliding cache keeps as rewind slack are not attended.)
     pub fn update_and_fetch(&mut self, keys: Array, values: Array) -> Result<(Array, Array)> {
+        let new = keys.shape()[2] as usize;
         match self {
-            KvCache::Full(b) => b.append(keys, values, None),
+            KvCache::Full(b) => {
+                b.append(keys, values, None)?;
+                b.fetch(None)
+            }
             KvCache::Sliding { buffer, window } => {
-                buffer.append(keys, values, Some(*window - 1 + REWIND_SLACK))
+                buffer.append(keys, values, Some(*window - 1 + REWIND_SLACK))?;
+                buffer.fetch(Some(*window - 1 + new))
             }
         }
     }
@@ -253,7 +260,13 @@ mod tests {
             let k = normal(&[1, 1, 1, 8], step as u64);
             cache.update_and_fetch(k.clone(), k).unwrap();
         }
-        assert_eq!(cache.keys_after(1), 4 - 1 + REWIND_SLACK + 1);
+        // One new position sees exactly its window; the slack is kept, not attended.
+        assert_eq!(cache.keys_after(1), 4);
+        let (k, _) = cache
+            .update_and_fetch(normal(&[1, 1, 1, 8], 99), normal(&[1, 1, 1, 8], 99))
+            .unwrap();
+        assert_eq!(k.shape()[2], 4);
+        assert_eq!(cache.keys_after(3), 4 - 1 + 3);
         assert!(cache.can_trim(REWIND_SLACK));
         assert!(!cache.can_trim(REWIND_SLACK + 2));
         let before = cache.offset();

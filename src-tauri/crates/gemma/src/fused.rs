@@ -1,17 +1,17 @@
-//! Elementwise chains compiled by MLX into one kernel each (shape-independent traces): the
-//! tanh-GELU-gated product of the MLPs (text and vision) and per-layer inputs, the residual
-//! add-and-scale, and the logit soft cap.
+//! Elementwise chains compiled by MLX into one kernel each: the tanh-GELU-gated product of the
+//! MLPs (text and vision) and per-layer inputs, the residual add-and-scale, and the logit soft
+//! cap.
 //!
 //! Unfused, one GELU is about a dozen primitives; on a GPU, decoding is bound by how many
 //! primitives MLX dispatches per token, so these few functions matter. A compiled function is
-//! kept for the life of its thread: its trace is made once and reused on every call.
+//! kept for the life of its thread: its trace is made once (per shape, for geglu) and reused.
 
 use std::cell::RefCell;
 
 use mlx_rs::error::Exception;
 use mlx_rs::ops::{sigmoid, tanh};
 use mlx_rs::transforms::compile::compile;
-use mlx_rs::Array;
+use mlx_rs::{Array, Dtype};
 
 use crate::error::Result;
 
@@ -21,9 +21,16 @@ type Ternary = Box<
     dyn for<'a> FnMut((&'a Array, &'a Array, &'a Array)) -> std::result::Result<Array, Exception>,
 >;
 
-/// A scalar in `like`'s dtype (Python's weak scalars behave this way in the reference).
+/// A scalar in `like`'s dtype (Python's weak scalars behave this way in the reference), made
+/// as data of that dtype: a cast (`from_f32(v).as_dtype(..)`) would be a node of the compiled
+/// trace, replayed as one more kernel on every call.
 fn constant(value: f32, like: &Array) -> std::result::Result<Array, Exception> {
-    Array::from_f32(value).as_dtype(like.dtype())
+    Ok(match like.dtype() {
+        Dtype::Float32 => Array::from_f32(value),
+        Dtype::Bfloat16 => Array::from_slice(&[half::bf16::from_f32(value)], &[]),
+        Dtype::Float16 => Array::from_slice(&[half::f16::from_f32(value)], &[]),
+        other => Array::from_f32(value).as_dtype(other)?,
+    })
 }
 
 /// `0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))`, written as the equal
@@ -40,9 +47,12 @@ fn gelu_graph(x: &Array) -> std::result::Result<Array, Exception> {
 }
 
 thread_local! {
+    // Traced per input shape: a shapeless trace makes every operand's broadcast a node, which
+    // takes this chain past MLX's fusion depth and splits it into two kernels (and decode
+    // meets one shape; a prefill, one per chunk length).
     static GEGLU: RefCell<Binary> = RefCell::new(Box::new(compile(
         |(gate, x): (&Array, &Array)| gelu_graph(gate)?.multiply(x),
-        true,
+        false,
     )));
     static SOFTCAP: RefCell<Binary> = RefCell::new(Box::new(compile(
         |(x, cap): (&Array, &Array)| tanh(x.divide(cap)?)?.multiply(cap),
@@ -121,7 +131,7 @@ mod tests {
             let big = x.multiply(Array::from_f32(40.0)).unwrap();
             assert!(close(&softcap(&big, &cap).unwrap(), &eager_cap));
         }
-        // A shape never seen before reuses the shape-independent trace.
+        // A shape never seen before gets a trace of its own (geglu) or reuses the shapeless one.
         let y = random::normal::<f32>(&[5], None, None, &random::key(3).unwrap()).unwrap();
         assert_eq!(geglu(&y, &y).unwrap().shape(), &[5]);
     }
