@@ -283,9 +283,6 @@ fn step_graph(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::Value>
     let dot = std::env::temp_dir().join(format!("gemma-bench-{}.dot", std::process::id()));
     export_to_dot(&dot, &outputs)?;
     let text = std::fs::read_to_string(&dot)?;
-    if std::env::var_os("KEEP_DOT").is_some() {
-        let _ = std::fs::copy(&dot, "/tmp/step.dot");
-    }
     let _ = std::fs::remove_file(&dot);
     let mut kinds = std::collections::BTreeMap::<String, usize>::new();
     for line in text.lines().filter(|l| l.contains("shape=rectangle")) {
