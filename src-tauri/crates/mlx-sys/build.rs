@@ -51,6 +51,7 @@ fn main() {
     println!("cargo:wheel_dir={}", wheel.display());
     println!("cargo:version={wheel_version}");
     println!("cargo:flavor={flavor}");
+    println!("cargo:rustc-env=MLX_FLAVOR={flavor}");
 
     generate_bindings(&mlx_c, &include, &shim);
 }

@@ -2,7 +2,9 @@
 
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::ops::{arange, broadcast_to, concatenate, cumsum, maximum, ones_like, select};
+use mlx_rs::ops::{
+    arange, broadcast_to, concatenate, cumsum, maximum, ones_like, select, softmax_axis,
+};
 use mlx_rs::{Array, Dtype};
 
 use crate::cache::KvCache;
@@ -697,9 +699,25 @@ impl TextModel {
         t: i32,
         width: i32,
     ) -> Result<(Array, Option<(Array, Array)>)> {
-        let mask = mask.map(ScaledDotProductAttentionMask::Array);
-        let out = fast::scaled_dot_product_attention(q, &keys, &values, 1.0, mask, None)?;
-        let out = out.transpose_axes(&[0, 2, 1, 3])?.reshape(&[b, t, width])?;
+        let head_dim = q.shape()[3];
+        let out = if t == 1 && !fused_single_query_attention(head_dim) {
+            // One query per head: the `heads / kv_heads` query heads of a K/V head are the rows
+            // of one matrix, so no head is broadcast and the result is already in head order.
+            let kv_heads = keys.shape()[1];
+            let q = q.reshape(&[b, kv_heads, -1, head_dim])?;
+            let mut scores = q.matmul(keys.swap_axes(-1, -2)?)?;
+            if let Some(m) = mask {
+                let lowest = Array::from_f32(f32::MIN).as_dtype(scores.dtype())?;
+                scores = select(m, &scores, &lowest)?;
+            }
+            let weights = softmax_axis(&scores, -1, true)?;
+            weights.matmul(&values)?.reshape(&[b, t, width])?
+        } else {
+            let mask = mask.map(ScaledDotProductAttentionMask::Array);
+            fast::scaled_dot_product_attention(q, &keys, &values, 1.0, mask, None)?
+                .transpose_axes(&[0, 2, 1, 3])?
+                .reshape(&[b, t, width])?
+        };
         Ok((a.o_proj.forward(&out)?, Some((keys, values))))
     }
 
@@ -718,6 +736,19 @@ impl TextModel {
                 layer.attn.rope_freqs.as_ref(),
             )?,
         })
+    }
+}
+
+/// Whether this MLX build runs attention for one query of head size `d` as a fused kernel
+/// (MLX 0.32.2: Metal's vector kernel takes these sizes, CUDA's only 64 to 128, the CPU has
+/// none). Where it has none, MLX composes the attention generically — a scale multiply, the
+/// K/V heads broadcast to every query head, two matmuls, a softmax — and `attend` composes
+/// the same math in fewer primitives, which is what a decode step is bound by on a GPU.
+fn fused_single_query_attention(d: i32) -> bool {
+    match mlx_sys::FLAVOR {
+        "metal" => matches!(d, 64 | 96 | 128 | 256),
+        cuda if cuda.starts_with("cuda") => matches!(d, 64 | 96 | 128),
+        _ => false,
     }
 }
 

@@ -25,6 +25,10 @@ pub type bfloat16_t = u16;
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
+/// The MLX build linked: `cpu`, `metal` or `cuda-13` (the wheel's flavour, chosen at build
+/// time).
+pub const FLAVOR: &str = env!("MLX_FLAVOR");
+
 /// mlx-rs seeds its implicit random state from `mach_approximate_time`, which exists only on
 /// Apple platforms; elsewhere a monotonic clock in nanoseconds serves the same purpose.
 #[cfg(not(target_vendor = "apple"))]
