@@ -259,9 +259,21 @@ fn followup_profile(
         evaluate.push((t2 - t1).as_secs_f64() * 1e3);
         sample.push((t3 - t2).as_secs_f64() * 1e3);
     }
+    // The same new tokens with no history: what the conversation adds to their prefill.
+    let mut fresh = Vec::new();
+    for _ in 0..2 {
+        let mut empty = model.new_caches();
+        let t0 = Instant::now();
+        let logits = model.forward(new, &[], &mut empty, Some(1))?;
+        let mut evaluated: Vec<&Array> = empty.iter().flat_map(|c| c.arrays()).collect();
+        evaluated.push(&logits);
+        mlx_rs::transforms::eval(evaluated)?;
+        fresh.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
     Ok(json!({
         "history_tokens": history.len(),
         "new_tokens": new.len(),
+        "no_history_ms": fresh,
         "build_ms": build,
         "eval_ms": evaluate,
         "sample_ms": sample,
