@@ -78,8 +78,8 @@ impl Buffer {
         match (self.quant, self.parts.as_slice()) {
             (None, [k, v]) => Ok((tail(k), tail(v))),
             (Some(q), [kq, ks, kb, vq, vs, vb]) => Ok((
-                dequantize(&tail(kq), &tail(ks), &tail(kb), q.group_size, q.bits)?,
-                dequantize(&tail(vq), &tail(vs), &tail(vb), q.group_size, q.bits)?,
+                dequantize(tail(kq), tail(ks), &tail(kb), q.group_size, q.bits)?,
+                dequantize(tail(vq), tail(vs), &tail(vb), q.group_size, q.bits)?,
             )),
             _ => Err(Error::Input("the cache is empty".into())),
         }
