@@ -4,7 +4,7 @@
 //!
 //! Unfused, one GELU is about a dozen primitives; on a GPU, decoding is bound by how many
 //! primitives MLX dispatches per token, so these few functions matter. A compiled function is
-//! kept for the life of its thread: its trace is made once (per shape, for geglu) and reused.
+//! kept for the life of its thread: its trace is made once per input shape and reused.
 
 use std::cell::RefCell;
 

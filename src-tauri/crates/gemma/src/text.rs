@@ -700,18 +700,16 @@ impl TextModel {
         width: i32,
     ) -> Result<(Array, Option<(Array, Array)>)> {
         let head_dim = q.shape()[3];
-        let out = if t == 1 && !fused_single_query_attention(head_dim) {
-            // One query per head: the `heads / kv_heads` query heads of a K/V head are the rows
-            // of one matrix, so no head is broadcast and the result is already in head order.
+        let out = if t == 1 && mask.is_none() && !fused_single_query_attention(head_dim) {
+            // One query per head, every key visible (the caches hand a single query exactly
+            // what it may see): the `heads / kv_heads` query heads of a K/V head are the rows of
+            // one matrix, so no head is broadcast and the result is already in head order.
             let kv_heads = keys.shape()[1];
             let q = q.reshape(&[b, kv_heads, -1, head_dim])?;
-            let mut scores = q.matmul(keys.swap_axes(-1, -2)?)?;
-            if let Some(m) = mask {
-                let lowest = Array::from_f32(f32::MIN).as_dtype(scores.dtype())?;
-                scores = select(m, &scores, &lowest)?;
-            }
-            let weights = softmax_axis(&scores, -1, true)?;
-            weights.matmul(&values)?.reshape(&[b, t, width])?
+            let scores = q.matmul(keys.swap_axes(-1, -2)?)?;
+            softmax_axis(&scores, -1, true)?
+                .matmul(&values)?
+                .reshape(&[b, t, width])?
         } else {
             let mask = mask.map(ScaledDotProductAttentionMask::Array);
             fast::scaled_dot_product_attention(q, &keys, &values, 1.0, mask, None)?

@@ -223,6 +223,14 @@ fn decode_profile(model: &gemma::Model, prompt: &[u32], steps: usize) -> Result<
     }))
 }
 
+/// Evaluates `out` together with the caches' arrays (as a prefill chunk does).
+fn eval_with_caches(caches: &[gemma::KvCache], out: &Array) -> Result<()> {
+    let mut evaluated: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
+    evaluated.push(out);
+    mlx_rs::transforms::eval(evaluated)?;
+    Ok(())
+}
+
 /// Where a follow-up turn's time goes: `history` is prefilled once, then the `new` tokens are
 /// prefilled `reps` times from the same cached state (a snapshot of the caches), each split into
 /// building the graph, evaluating it, and sampling the first token (milliseconds, in order:
@@ -237,9 +245,7 @@ fn followup_profile(
     let mut caches = model.new_caches();
     for part in history.chunks(chunk.max(1)) {
         let out = model.forward(part, &[], &mut caches, Some(1))?;
-        let mut evaluated: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
-        evaluated.push(&out);
-        mlx_rs::transforms::eval(evaluated)?;
+        eval_with_caches(&caches, &out)?;
     }
     let none = no_history();
     let (mut build, mut evaluate, mut sample) = (Vec::new(), Vec::new(), Vec::new());
@@ -248,9 +254,7 @@ fn followup_profile(
         let t0 = Instant::now();
         let logits = model.forward(new, &[], &mut turn, Some(1))?;
         let t1 = Instant::now();
-        let mut evaluated: Vec<&Array> = turn.iter().flat_map(|c| c.arrays()).collect();
-        evaluated.push(&logits);
-        mlx_rs::transforms::eval(evaluated)?;
+        eval_with_caches(&turn, &logits)?;
         let t2 = Instant::now();
         let mut sampler = Sampler::new(SamplerConfig::greedy())?;
         sampler.sample(&logits, &none)?.try_item_exact::<u32>()?;
@@ -265,9 +269,7 @@ fn followup_profile(
         let mut empty = model.new_caches();
         let t0 = Instant::now();
         let logits = model.forward(new, &[], &mut empty, Some(1))?;
-        let mut evaluated: Vec<&Array> = empty.iter().flat_map(|c| c.arrays()).collect();
-        evaluated.push(&logits);
-        mlx_rs::transforms::eval(evaluated)?;
+        eval_with_caches(&empty, &logits)?;
         fresh.push(t0.elapsed().as_secs_f64() * 1e3);
     }
     Ok(json!({
@@ -285,9 +287,7 @@ fn followup_profile(
 fn step_graph(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::Value> {
     let (mut caches, mut sampler, y) = first_token(model, prompt)?;
     let none = no_history();
-    let mut evaluated: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
-    evaluated.push(&y);
-    mlx_rs::transforms::eval(evaluated)?;
+    eval_with_caches(&caches, &y)?;
     let logits = model.forward_array(&y.reshape(&[1])?, &mut caches, None)?;
     let next = sampler.sample(&logits, &none)?;
     let mut outputs: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
