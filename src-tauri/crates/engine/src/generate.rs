@@ -340,6 +340,15 @@ pub fn generate(
     })
 }
 
+/// Evaluates a prefill chunk's output together with the caches it wrote (so the next chunk
+/// builds on evaluated arrays, not on a growing graph).
+pub fn eval_with_caches(caches: &[KvCache], out: &Array) -> Result<()> {
+    let mut to_eval: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
+    to_eval.push(out);
+    eval(to_eval)?;
+    Ok(())
+}
+
 /// Feeds `new` prompt tokens in chunks; returns the last position's logits `[1, vocab]`, or
 /// `None` when `cancel` was set between chunks.
 fn prefill(
@@ -376,9 +385,7 @@ fn prefill(
             })
             .collect();
         let out = model.forward(part, &chunk_media, &mut session.caches, Some(1))?;
-        let mut to_eval: Vec<&Array> = session.caches.iter().flat_map(|c| c.arrays()).collect();
-        to_eval.push(&out);
-        eval(to_eval)?;
+        eval_with_caches(&session.caches, &out)?;
         session.tokens.extend_from_slice(part);
         logits = Some(out);
         done = end;

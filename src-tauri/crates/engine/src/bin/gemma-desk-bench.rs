@@ -16,7 +16,7 @@ use clap::{Parser, ValueEnum};
 use serde::Deserialize;
 use serde_json::json;
 
-use engine::generate::{generate, GenerateOptions, Session};
+use engine::generate::{eval_with_caches, generate, GenerateOptions, Session};
 use engine::image::{preprocess_path, SoftTokenBudget};
 use engine::media::FeatureCache;
 use engine::sampler::{Sampler, SamplerConfig};
@@ -221,14 +221,6 @@ fn decode_profile(model: &gemma::Model, prompt: &[u32], steps: usize) -> Result<
         "wait_ms": median(&mut wait),
         "per_token_ms": total,
     }))
-}
-
-/// Evaluates `out` together with the caches' arrays (as a prefill chunk does).
-fn eval_with_caches(caches: &[gemma::KvCache], out: &Array) -> Result<()> {
-    let mut evaluated: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
-    evaluated.push(out);
-    mlx_rs::transforms::eval(evaluated)?;
-    Ok(())
 }
 
 /// Where a follow-up turn's time goes: `history` is prefilled once, then the `new` tokens are
