@@ -272,6 +272,16 @@ def main(argv: list[str] | None = None) -> None:
         f"- decode step, ms per token (build graph / dispatch / wait for the device / total): "
         f"ours {profile('ours')}, mlx-vlm {profile('ref')}\n"
     )
+    def curve(name: str) -> dict[int, float]:
+        rows = [r.get("prefill_curve") or [] for r in runs[name]]
+        lengths = [row["tokens"] for row in rows[0]]
+        return {n: statistics.median(row[i]["ms"] for row in rows) for i, n in enumerate(lengths)}
+
+    ours_curve, ref_curve = curve("ours"), curve("ref")
+    if ours_curve and ref_curve:
+        header += "- prefill from an empty cache, ms by prompt length (ours / mlx-vlm): " + ", ".join(
+            f"{n}: {ours_curve[n]:.1f} / {ref_curve[n]:.1f}" for n in ours_curve if n in ref_curve
+        ) + "\n"
     for name, failures in FAILURES.items():
         header += f"- {name}: {len(failures)} worker process(es) failed and were run again: {'; '.join(failures)}\n"
     if args.note:

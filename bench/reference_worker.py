@@ -192,6 +192,29 @@ def decode_profile(mx, model, prompt: list[int], steps: int) -> dict:
             "per_token_ms": total}
 
 
+CURVE_LENGTHS = [1, 2, 8, 38, 64, 128, 512]  # the same in gemma-desk-bench
+
+
+def prefill_curve(mx, model, ids: list[int], reps: int = 3) -> list[dict]:
+    """Prefill cost against prompt length from an empty cache (ms to evaluated logits and cache):
+    the first call per length (one-time work for its shapes) and the median of `reps` more."""
+    from mlx_vlm.models import cache as cache_lib
+
+    lm = model.language_model
+    rows = []
+    for n in [n for n in CURVE_LENGTHS if n <= len(ids)]:
+        times = []
+        for _ in range(reps + 1):
+            cache = cache_lib.make_prompt_cache(lm)
+            t0 = time.perf_counter()
+            logits = lm(mx.array([ids[:n]]), cache=cache, logits_to_keep=1).logits
+            mx.eval(logits, [c.state for c in cache])
+            times.append((time.perf_counter() - t0) * 1e3)
+        first = times.pop(0)
+        rows.append({"tokens": n, "first_ms": first, "ms": sorted(times)[len(times) // 2]})
+    return rows
+
+
 def step_graph(mx, model, prompt: list[int]) -> dict:
     """Primitives MLX evaluates for one decode step (token and cache updates), by kind."""
     import collections
@@ -294,6 +317,7 @@ def cmd_run(args) -> None:
 
     result["decode_profile"] = decode_profile(mx, model, decode["ids"], min(decode["tokens"], 64))
     result["decode_graph"] = step_graph(mx, model, decode["ids"])
+    result["prefill_curve"] = prefill_curve(mx, model, decode["ids"])
 
     # From the request (question text + image path) to the first token, preprocessing included.
     times, _, last = ask_image(time.perf_counter())

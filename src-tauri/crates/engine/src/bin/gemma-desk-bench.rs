@@ -274,6 +274,31 @@ fn followup_profile(
     }))
 }
 
+/// Prefill cost against prompt length, from empty caches (milliseconds from the call to the
+/// evaluated logits and caches): for each length of `lengths` the first call (which pays any
+/// one-time work for its shapes) and the median of `reps` more.
+fn prefill_curve(
+    model: &gemma::Model,
+    ids: &[u32],
+    lengths: &[usize],
+    reps: usize,
+) -> Result<serde_json::Value> {
+    let mut rows = Vec::new();
+    for &n in lengths.iter().filter(|&&n| n <= ids.len()) {
+        let mut times = Vec::new();
+        for _ in 0..=reps {
+            let mut caches = model.new_caches();
+            let t0 = Instant::now();
+            let logits = model.forward(&ids[..n], &[], &mut caches, Some(1))?;
+            eval_with_caches(&caches, &logits)?;
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        let first = times.remove(0);
+        rows.push(json!({ "tokens": n, "first_ms": first, "ms": median(&mut times) }));
+    }
+    Ok(json!(rows))
+}
+
 /// Primitives MLX evaluates for one decode step (the sampled token and the updated caches),
 /// by kind, read from MLX's DOT export of the graph.
 fn step_graph(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::Value> {
@@ -369,6 +394,9 @@ fn mlx_clear_cache() {
     unsafe { mlx_sys::mlx_clear_cache() };
 }
 
+/// Prompt lengths of the prefill curve (the same in `bench/reference_worker.py`).
+const CURVE_LENGTHS: [usize; 7] = [1, 2, 8, 38, 64, 128, 512];
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let plan: Plan = serde_json::from_str(
@@ -429,6 +457,7 @@ fn main() -> Result<()> {
         plan.decode.tokens.min(64),
     )?;
     let graph = step_graph(&bench.loaded.model, &plan.decode.ids)?;
+    let curve = prefill_curve(&bench.loaded.model, &plan.decode.ids, &CURVE_LENGTHS, 3)?;
 
     let (image_ttft, image_tokens) = bench.image_ttft(&plan.image)?;
 
@@ -459,6 +488,7 @@ fn main() -> Result<()> {
         "decode": decode,
         "decode_profile": profile,
         "decode_graph": graph,
+        "prefill_curve": curve,
         "image": { "ttft_s": image_ttft, "prompt_tokens": image_tokens },
         "followup": {
             "ttft_s": t.times[0],
