@@ -405,3 +405,65 @@ fn a_stop_during_prefill_ends_before_any_token() {
     assert_eq!((usage.generated_tokens, deltas), (0, 0));
     assert!(session.tokens().is_empty(), "nothing was prefilled");
 }
+
+/// The answer to `messages` (greedy, `max_tokens`) through the engine thread, as text.
+fn engine_answer(
+    engine: &Engine,
+    conversation: &str,
+    messages: Vec<Message>,
+    max_tokens: usize,
+) -> String {
+    let (tx, rx) = channel();
+    let request = ChatRequest {
+        conversation: conversation.into(),
+        messages,
+        images: Vec::new(),
+        thinking: false,
+        options: greedy(max_tokens),
+    };
+    engine.generate(request, move |e| drop(tx.send(e))).unwrap();
+    let mut text = String::new();
+    loop {
+        match rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("engine went silent")
+        {
+            Event::Delta { delta, .. } => text.push_str(&delta),
+            Event::Done { .. } => return text,
+            Event::Error { message, .. } => panic!("{message}"),
+        }
+    }
+}
+
+#[test]
+fn the_warm_up_after_loading_changes_no_answer() {
+    let messages = vec![Message::text(Role::User, "Tell me about bread and rivers.")];
+    let m = LoadedModel::load(&fixture(), &LoadOptions::default()).unwrap();
+    let cancel = AtomicBool::new(false);
+    let mut cold = Vec::new();
+    let prompt = m.prompt_ids(&messages, false).unwrap();
+    generate(
+        &m.model,
+        &mut Session::new(&m.model),
+        &prompt,
+        None,
+        &m.tokenizer,
+        &m.specials,
+        &greedy(10),
+        &cancel,
+        |d| cold.extend(d.token),
+    )
+    .unwrap();
+    let cold = m.tokenizer.decode(&cold, false).unwrap();
+    assert!(!cold.is_empty());
+    m.warm_up().unwrap();
+    m.warm_up().unwrap();
+    drop(m);
+
+    // The engine thread warms up right after it replies to the load: a request sent at once
+    // waits for it and gets the answer a model without warm-up gives.
+    let engine = Engine::spawn();
+    engine.load(&fixture(), LoadOptions::default()).unwrap();
+    assert_eq!(engine_answer(&engine, "w1", messages.clone(), 10), cold);
+    assert_eq!(engine_answer(&engine, "w2", messages, 10), cold);
+}

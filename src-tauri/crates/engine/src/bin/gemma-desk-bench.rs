@@ -2,9 +2,10 @@
 //!
 //! One process runs one repetition of the plan written by `bench/reference_worker.py prepare`
 //! (the same token ids the reference gets) and prints one JSON object: load time with a cold
-//! and a warm page cache, time to first token of each prefill, decode timings, image and
-//! follow-up time to first token, peak RSS and MLX's peak memory. End of sequence is disabled,
-//! sampling is greedy, and each measurement is wall-clock around the engine's public API.
+//! and a warm page cache, the app's warm-up after loading, time to first token of each
+//! prefill, decode timings, image and follow-up time to first token, peak RSS and MLX's peak
+//! memory. End of sequence is disabled, sampling is greedy, and each measurement is wall-clock
+//! around the engine's public API.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -41,6 +42,9 @@ struct Cli {
     /// Prompt positions per prefill forward (default: the engine's).
     #[arg(long)]
     prefill_chunk: Option<usize>,
+    /// Skip the warm-up the app runs after loading (to measure what it changes).
+    #[arg(long)]
+    no_warm_up: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -413,6 +417,13 @@ fn main() -> Result<()> {
     drop(cold);
     mlx_clear_cache();
     let (mut loaded, load_warm) = load(&plan.model, dtype)?;
+    // What the app's engine thread does right after it replies to a load (the app is usable
+    // meanwhile): timed apart from the load, which mlx-vlm has no counterpart of.
+    let warm_up_start = Instant::now();
+    if !cli.no_warm_up {
+        loaded.warm_up().context("warming up")?;
+    }
+    let warm_up_s = (!cli.no_warm_up).then(|| warm_up_start.elapsed().as_secs_f64());
     loaded.specials.eos.clear();
     let mut options = GenerateOptions {
         sampler: SamplerConfig::greedy(),
@@ -484,6 +495,7 @@ fn main() -> Result<()> {
         "dtype": dtype_name,
         "load_cold_s": load_cold,
         "load_warm_s": load_warm,
+        "warm_up_s": warm_up_s,
         "prefill": prefill,
         "decode": decode,
         "decode_profile": profile,
