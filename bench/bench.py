@@ -272,17 +272,17 @@ def main(argv: list[str] | None = None) -> None:
         f"- decode step, ms per token (build graph / dispatch / wait for the device / total): "
         f"ours {profile('ours')}, mlx-vlm {profile('ref')}\n"
     )
-    def curve(name: str) -> dict[int, float]:
-        rows = [r.get("prefill_curve") or [] for r in runs[name]]
-        lengths = [row["tokens"] for row in rows[0]]
-        return {n: statistics.median(row[i]["ms"] for row in rows) for i, n in enumerate(lengths)}
-
     warm_ups = [r["warm_up_s"] for r in runs["ours"] if r.get("warm_up_s") is not None]
     if warm_ups:
         header += (
             f"- our warm-up after loading (a two-turn chat of a few tokens the app runs once the model is "
             f"loaded, not counted in the load time): {statistics.median(warm_ups) * 1000:,.0f} ms\n"
         )
+    def curve(name: str) -> dict[int, float]:
+        rows = [r.get("prefill_curve") or [] for r in runs[name]]
+        lengths = [row["tokens"] for row in rows[0]]
+        return {n: statistics.median(row[i]["ms"] for row in rows) for i, n in enumerate(lengths)}
+
     ours_curve, ref_curve = curve("ours"), curve("ref")
     if ours_curve and ref_curve:
         header += "- prefill from an empty cache, ms by prompt length (ours / mlx-vlm): " + ", ".join(

@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 CORPUS = HERE.parent / "tests" / "fixtures" / "corpus.txt"
 QUESTION = "What is in this picture? Answer in one sentence."
 FOLLOW_UP = "Thank you. Can you say that again in one short sentence?"
+CURVE_LENGTHS = [1, 2, 8, 38, 64, 128, 512]  # prefill-curve prompt lengths (both engines read the plan)
 
 warnings.filterwarnings("ignore", message="At least one mel filter has all zero values")
 
@@ -118,6 +119,7 @@ def cmd_prepare(args) -> None:
             "warmup": not args.no_image_warmup,
         },
         "followup": {"turn1": turn1, "answer_tokens": args.answer, "suffix": suffix},
+        "curve": CURVE_LENGTHS,
     }
     args.out.write_text(json.dumps(plan))
     print(
@@ -192,17 +194,14 @@ def decode_profile(mx, model, prompt: list[int], steps: int) -> dict:
             "per_token_ms": total}
 
 
-CURVE_LENGTHS = [1, 2, 8, 38, 64, 128, 512]  # the same in gemma-desk-bench
-
-
-def prefill_curve(mx, model, ids: list[int], reps: int = 3) -> list[dict]:
+def prefill_curve(mx, model, ids: list[int], lengths: list[int], reps: int = 3) -> list[dict]:
     """Prefill cost against prompt length from an empty cache (ms to evaluated logits and cache):
     the first call per length (one-time work for its shapes) and the median of `reps` more."""
     from mlx_vlm.models import cache as cache_lib
 
     lm = model.language_model
     rows = []
-    for n in [n for n in CURVE_LENGTHS if n <= len(ids)]:
+    for n in [n for n in lengths if n <= len(ids)]:
         times = []
         for _ in range(reps + 1):
             cache = cache_lib.make_prompt_cache(lm)
@@ -317,7 +316,7 @@ def cmd_run(args) -> None:
 
     result["decode_profile"] = decode_profile(mx, model, decode["ids"], min(decode["tokens"], 64))
     result["decode_graph"] = step_graph(mx, model, decode["ids"])
-    result["prefill_curve"] = prefill_curve(mx, model, decode["ids"])
+    result["prefill_curve"] = prefill_curve(mx, model, decode["ids"], plan["curve"])
 
     # From the request (question text + image path) to the first token, preprocessing included.
     times, _, last = ask_image(time.perf_counter())

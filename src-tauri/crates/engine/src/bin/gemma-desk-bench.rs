@@ -61,6 +61,8 @@ struct Plan {
     decode: Generation,
     image: ImageCase,
     followup: FollowUp,
+    /// Prompt lengths of the prefill curve (prefixes of the decode prompt).
+    curve: Vec<usize>,
 }
 
 #[derive(Deserialize)]
@@ -398,9 +400,6 @@ fn mlx_clear_cache() {
     unsafe { mlx_sys::mlx_clear_cache() };
 }
 
-/// Prompt lengths of the prefill curve (the same in `bench/reference_worker.py`).
-const CURVE_LENGTHS: [usize; 7] = [1, 2, 8, 38, 64, 128, 512];
-
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let plan: Plan = serde_json::from_str(
@@ -419,11 +418,13 @@ fn main() -> Result<()> {
     let (mut loaded, load_warm) = load(&plan.model, dtype)?;
     // What the app's engine thread does right after it replies to a load (the app is usable
     // meanwhile): timed apart from the load, which mlx-vlm has no counterpart of.
-    let warm_up_start = Instant::now();
-    if !cli.no_warm_up {
+    let warm_up_s = if cli.no_warm_up {
+        None
+    } else {
+        let start = Instant::now();
         loaded.warm_up().context("warming up")?;
-    }
-    let warm_up_s = (!cli.no_warm_up).then(|| warm_up_start.elapsed().as_secs_f64());
+        Some(start.elapsed().as_secs_f64())
+    };
     loaded.specials.eos.clear();
     let mut options = GenerateOptions {
         sampler: SamplerConfig::greedy(),
@@ -468,7 +469,7 @@ fn main() -> Result<()> {
         plan.decode.tokens.min(64),
     )?;
     let graph = step_graph(&bench.loaded.model, &plan.decode.ids)?;
-    let curve = prefill_curve(&bench.loaded.model, &plan.decode.ids, &CURVE_LENGTHS, 3)?;
+    let curve = prefill_curve(&bench.loaded.model, &plan.decode.ids, &plan.curve, 3)?;
 
     let (image_ttft, image_tokens) = bench.image_ttft(&plan.image)?;
 
