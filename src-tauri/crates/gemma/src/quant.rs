@@ -2,6 +2,8 @@
 //! `<path>.scales` exists; bits and group size come from the config's per-module entry, else the
 //! default, and must agree with the tensor shapes.
 
+use std::sync::OnceLock;
+
 use mlx_rs::ops::{concatenate, dequantize, quantized_matmul};
 use mlx_rs::{Array, Dtype};
 
@@ -118,8 +120,27 @@ impl Linear {
         }
     }
 
-    /// Applies the layer to `x` (`[..., in]` → `[..., out]`).
+    /// Applies the layer to `x` (`[..., in]` → `[..., out]`). A quantized layer given at least as
+    /// many rows as [`dense_from`] names for this backend and dtype dequantizes its weights and
+    /// runs a dense matmul (the same values up to rounding, through a faster kernel there).
     pub fn forward(&self, x: &Array) -> Result<Array> {
+        match self {
+            Linear::Quantized {
+                weight,
+                scales,
+                biases,
+                spec,
+            } if dense_from(x.dtype()).is_some_and(|min| rows(x) >= min) => {
+                let dense = dequantize(weight, scales, biases, spec.group_size, spec.bits)?;
+                Ok(x.matmul(dense.transpose()?)?)
+            }
+            _ => self.forward_as_stored(x),
+        }
+    }
+
+    /// Applies the layer to `x` with its weights as stored: MLX's quantized matmul for a
+    /// quantized layer, whatever the number of rows.
+    pub fn forward_as_stored(&self, x: &Array) -> Result<Array> {
         Ok(match self {
             Linear::Dense { weight } => x.matmul(weight.transpose()?)?,
             Linear::Quantized {
@@ -129,6 +150,49 @@ impl Linear {
                 spec,
             } => quantized_matmul(x, weight, scales, biases, true, spec.group_size, spec.bits)?,
         })
+    }
+}
+
+/// Input rows of `x` (`[..., in]`): the product of its leading dimensions.
+fn rows(x: &Array) -> usize {
+    let shape = x.shape();
+    shape[..shape.len().saturating_sub(1)]
+        .iter()
+        .map(|&d| d.max(0) as usize)
+        .product()
+}
+
+static DENSE_FROM: OnceLock<Option<usize>> = OnceLock::new();
+
+/// Sets, for this process, the input row count from which quantized layers run as dequantize +
+/// dense matmul (`None`: never), in place of the measured default of [`dense_from`]. For
+/// benchmarks comparing the two kernels; only the first call counts (false after it).
+pub fn set_dense_from(rows: Option<usize>) -> bool {
+    DENSE_FROM.set(rows).is_ok()
+}
+
+/// The input row count from which a quantized layer of activations in `dtype` is faster as
+/// dequantize + dense matmul than as MLX's quantized matmul, on this MLX build (measured, MLX
+/// 0.32.2, E4B layer shapes). The CPU's quantized matmul runs on one thread and accumulates in
+/// the activation dtype: a 38-row 2560 → 2048 layer takes 1.94 s in bf16 (9.0 s in f16) against
+/// 135 ms (233 ms) dequantized, with a 24× smaller error; one bf16 row is a little faster
+/// quantized (62 against 71 ms); in float32 the two are level from ~38 rows and the quantized
+/// one is faster below. On CUDA (H200, full-size E4B) MLX takes its sm80 quantized GEMM for
+/// group size 64, whose 64-row tile makes 38 rows cost what 64 do: dequantized, a 512-token
+/// prefill takes 19–21 ms against 34–35 and a 38-token one 15–18 against 20–21, but each new row
+/// count's first dense prefill pays ~20 ms of one-time work, so a chat's follow-up (each turn a
+/// new count, usually short) got slower (first follow-up 46–69 ms against 33–41); from 128 rows
+/// the gain outweighs it (follow-up unchanged, 512 tokens and images faster). Metal's quantized
+/// kernels are MLX's tuned path: unchanged there.
+pub fn dense_from(dtype: Dtype) -> Option<usize> {
+    if let Some(rows) = DENSE_FROM.get() {
+        return *rows;
+    }
+    match (mlx_sys::FLAVOR, dtype) {
+        ("cpu", Dtype::Bfloat16) => Some(2),
+        ("cpu", Dtype::Float16) => Some(1),
+        (cuda, _) if cuda.starts_with("cuda") => Some(128),
+        _ => None,
     }
 }
 
@@ -279,6 +343,7 @@ impl Embedding {
 
     /// The table as a linear layer (the tied LM head): `[..., dim]` → `[..., vocab]`.
     pub fn as_linear(&self, x: &Array) -> Result<Array> {
-        self.table.forward(x)
+        // Quantized whatever the rows: the dense table would be vocab × dim (1.3 GB for E4B).
+        self.table.forward_as_stored(x)
     }
 }

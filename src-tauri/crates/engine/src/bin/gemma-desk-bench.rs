@@ -45,6 +45,20 @@ struct Cli {
     /// Skip the warm-up the app runs after loading (to measure what it changes).
     #[arg(long)]
     no_warm_up: bool,
+    /// Input rows from which quantized layers run as dequantize + dense matmul, or `never`
+    /// (default: the engine's measured choice for this backend and dtype).
+    #[arg(long, value_parser = parse_rows)]
+    dense_from: Option<Option<usize>>,
+}
+
+fn parse_rows(text: &str) -> std::result::Result<Option<usize>, String> {
+    match text {
+        "never" => Ok(None),
+        rows => rows
+            .parse()
+            .map(Some)
+            .map_err(|e| format!("expected a row count or never, found {rows:?}: {e}")),
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -412,6 +426,9 @@ fn main() -> Result<()> {
         DtypeArg::Float32 => Dtype::Float32,
     });
 
+    if let Some(rows) = cli.dense_from {
+        gemma::quant::set_dense_from(rows);
+    }
     let (cold, load_cold) = load(&plan.model, dtype)?;
     drop(cold);
     mlx_clear_cache();
@@ -494,6 +511,7 @@ fn main() -> Result<()> {
     let result = json!({
         "engine": "gemma-desk",
         "dtype": dtype_name,
+        "dense_from": gemma::quant::dense_from(bench.loaded.model.dtype()),
         "load_cold_s": load_cold,
         "load_warm_s": load_warm,
         "warm_up_s": warm_up_s,
