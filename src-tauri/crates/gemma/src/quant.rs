@@ -4,8 +4,9 @@
 
 use std::sync::OnceLock;
 
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{concatenate, dequantize, quantized_matmul};
-use mlx_rs::{Array, Dtype};
+use mlx_rs::{with_stream, Array, Device, Dtype, Stream};
 
 use crate::config::{QuantSpec, Quantization};
 use crate::error::Result;
@@ -124,32 +125,91 @@ impl Linear {
     /// many rows as [`dense_from`] names for this backend and dtype dequantizes its weights and
     /// runs a dense matmul (the same values up to rounding, through a faster kernel there).
     pub fn forward(&self, x: &Array) -> Result<Array> {
-        match self {
-            Linear::Quantized {
-                weight,
-                scales,
-                biases,
-                spec,
-            } if dense_from(x.dtype()).is_some_and(|min| rows(x) >= min) => {
-                let dense = dequantize(weight, scales, biases, spec.group_size, spec.bits)?;
-                Ok(x.matmul(dense.transpose()?)?)
-            }
-            _ => self.forward_as_stored(x),
-        }
+        let dense = dense_from(x.dtype()).is_some_and(|min| rows(x) >= min);
+        self.quantized_on_lanes(x, dense)
     }
 
     /// Applies the layer to `x` with its weights as stored: MLX's quantized matmul for a
     /// quantized layer, whatever the number of rows.
     pub fn forward_as_stored(&self, x: &Array) -> Result<Array> {
-        Ok(match self {
-            Linear::Dense { weight } => x.matmul(weight.transpose()?)?,
+        self.quantized_on_lanes(x, false)
+    }
+
+    /// A quantized layer's product, `dense` or not, its output rows shared among the CPU lanes
+    /// (see [`LANES`]; the same values as in one piece: each output column is computed alone).
+    fn quantized_on_lanes(&self, x: &Array, dense: bool) -> Result<Array> {
+        let (weight, scales, biases, spec) = match self {
+            Linear::Dense { weight } => return Ok(x.matmul(weight.transpose()?)?),
             Linear::Quantized {
                 weight,
                 scales,
                 biases,
                 spec,
-            } => quantized_matmul(x, weight, scales, biases, true, spec.group_size, spec.bits)?,
+            } => (weight, scales, biases, spec),
+        };
+        let product = |w: &Array, s: &Array, b: &Array| -> Result<Array> {
+            Ok(if dense {
+                x.matmul(dequantize(w, s, b, spec.group_size, spec.bits)?.transpose()?)?
+            } else {
+                quantized_matmul(x, w, s, b, true, spec.group_size, spec.bits)?
+            })
+        };
+        LANES.with(|lanes| {
+            let out = weight.shape()[0];
+            let parts = lanes.len() as i32 + 1;
+            if parts == 1 || out < parts * MIN_ROWS_PER_LANE {
+                return product(weight, scales, biases);
+            }
+            let step = (out + parts - 1) / parts;
+            let mut outputs = Vec::with_capacity(parts as usize);
+            for (lane, start) in (0..out).step_by(step as usize).enumerate() {
+                let r = start..(start + step).min(out);
+                let (w, s, b) = (
+                    weight.index(r.clone()),
+                    scales.index(r.clone()),
+                    biases.index(r),
+                );
+                outputs.push(match lane {
+                    0 => product(&w, &s, &b)?,
+                    n => with_stream(&lanes[n - 1], || product(&w, &s, &b))?,
+                });
+            }
+            Ok(concatenate(&outputs, -1)?)
         })
+    }
+}
+
+/// Output rows below which a layer is not worth sharing among lanes.
+const MIN_ROWS_PER_LANE: i32 = 256;
+
+thread_local! {
+    /// On MLX's CPU backend, extra streams of the CPU device: MLX runs each stream's operations
+    /// on a thread of its own, and its CPU quantized matmul (and dequantize) use one thread, so a
+    /// layer's output rows split among the calling thread's default stream and these run on as
+    /// many cores ([`cpu_lanes`] in all). None on a GPU, where one stream fills the device.
+    static LANES: Vec<Stream> = (1..cpu_lanes())
+        .map(|_| Stream::new_with_device(&Device::cpu()))
+        .collect();
+}
+
+static CPU_LANES: OnceLock<usize> = OnceLock::new();
+
+/// Sets, for this process, how many lanes (≥ 1) a quantized layer's rows are shared among on
+/// MLX's CPU backend, in place of [`cpu_lanes`]' default; before the first forward pass. For
+/// benchmarks; only the first call counts (false after it).
+pub fn set_cpu_lanes(lanes: usize) -> bool {
+    CPU_LANES.set(lanes.max(1)).is_ok()
+}
+
+/// Lanes a quantized layer's output rows are shared among: on MLX's CPU backend one per core,
+/// at most 4; 1 (no sharing) on a GPU.
+pub fn cpu_lanes() -> usize {
+    if let Some(lanes) = CPU_LANES.get() {
+        return *lanes;
+    }
+    match mlx_sys::FLAVOR {
+        "cpu" => std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
+        _ => 1,
     }
 }
 

@@ -3,7 +3,7 @@
 
 use gemma::config::QuantSpec;
 use gemma::quant::{dense_from, Linear};
-use mlx_rs::ops::{dequantize, quantize};
+use mlx_rs::ops::{dequantize, quantize, quantized_matmul};
 use mlx_rs::{random, Array, Dtype};
 
 fn normal(shape: &[i32], seed: u64) -> Array {
@@ -78,5 +78,31 @@ fn a_quantized_layer_in_half_precision_is_within_its_rounding_over_several_rows(
                 "{dtype:?}, {rows} rows (dense: {dense}): relative error {err} > {bound}"
             );
         }
+    }
+}
+
+#[test]
+fn a_quantized_layer_shared_among_cpu_lanes_gives_the_one_piece_result_exactly() {
+    // Wide enough to be shared among the lanes on a machine of 2 or more cores (on the CPU).
+    let (out, inp) = (1040, 256);
+    let w = normal(&[out, inp], 3)
+        .multiply(Array::from_f32(0.02))
+        .unwrap();
+    let (words, scales, biases) = quantize(&w, 64, 4).unwrap();
+    let layer = Linear::Quantized {
+        weight: words.clone(),
+        scales: scales.clone(),
+        biases: biases.clone(),
+        spec: QuantSpec {
+            bits: 4,
+            group_size: 64,
+        },
+    };
+    for rows in [1, 5] {
+        let x = normal(&[1, rows, inp], 4);
+        let whole = quantized_matmul(&x, &words, &scales, &biases, true, 64, 4).unwrap();
+        let y = layer.forward_as_stored(&x).unwrap();
+        assert_eq!(y.shape(), &[1, rows, out]);
+        assert_eq!(relative_error(&y, &whole), 0.0, "{rows} rows");
     }
 }

@@ -49,6 +49,10 @@ struct Cli {
     /// (default: the engine's measured choice for this backend and dtype).
     #[arg(long, value_parser = parse_rows)]
     dense_from: Option<Option<usize>>,
+    /// Lanes (CPU streams) a quantized layer's rows are shared among on MLX's CPU backend
+    /// (default: one per core, at most 4; 1 = none).
+    #[arg(long)]
+    cpu_lanes: Option<usize>,
 }
 
 fn parse_rows(text: &str) -> std::result::Result<Option<usize>, String> {
@@ -429,6 +433,9 @@ fn main() -> Result<()> {
     if let Some(rows) = cli.dense_from {
         gemma::quant::set_dense_from(rows);
     }
+    if let Some(lanes) = cli.cpu_lanes {
+        gemma::quant::set_cpu_lanes(lanes);
+    }
     let (cold, load_cold) = load(&plan.model, dtype)?;
     drop(cold);
     mlx_clear_cache();
@@ -512,6 +519,7 @@ fn main() -> Result<()> {
         "engine": "gemma-desk",
         "dtype": dtype_name,
         "dense_from": gemma::quant::dense_from(bench.loaded.model.dtype()),
+        "cpu_lanes": gemma::quant::cpu_lanes(),
         "load_cold_s": load_cold,
         "load_warm_s": load_warm,
         "warm_up_s": warm_up_s,
