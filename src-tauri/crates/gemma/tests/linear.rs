@@ -19,23 +19,36 @@ fn relative_error(a: &Array, b: &Array) -> f32 {
     diff.item_exact::<f32>() / scale.item_exact::<f32>()
 }
 
+/// A random `[out, inp]` layer quantized to 4 bits in groups of 64: its words, scales and biases.
+fn random_quantized(out: i32, inp: i32, seed: u64) -> (Array, Array, Array) {
+    let w = normal(&[out, inp], seed)
+        .multiply(Array::from_f32(0.02))
+        .unwrap();
+    quantize(&w, 64, 4).unwrap()
+}
+
+fn quantized_layer(words: &Array, scales: Array, biases: Array) -> Linear {
+    Linear::Quantized {
+        weight: words.clone(),
+        scales,
+        biases,
+        spec: QuantSpec {
+            bits: 4,
+            group_size: 64,
+        },
+    }
+}
+
 #[test]
 fn a_quantized_layer_in_half_precision_is_within_its_rounding_over_several_rows() {
     let (out, inp) = (96, 512);
-    let w = normal(&[out, inp], 1)
-        .multiply(Array::from_f32(0.02))
-        .unwrap();
-    let (words, scales, biases) = quantize(&w, 64, 4).unwrap();
+    let (words, scales, biases) = random_quantized(out, inp, 1);
     for dtype in [Dtype::Bfloat16, Dtype::Float16] {
-        let layer = Linear::Quantized {
-            weight: words.clone(),
-            scales: scales.as_dtype(dtype).unwrap(),
-            biases: biases.as_dtype(dtype).unwrap(),
-            spec: QuantSpec {
-                bits: 4,
-                group_size: 64,
-            },
-        };
+        let layer = quantized_layer(
+            &words,
+            scales.as_dtype(dtype).unwrap(),
+            biases.as_dtype(dtype).unwrap(),
+        );
         // The exact product of the layer's (half-precision) weights with the same inputs.
         let (s32, b32) = match &layer {
             Linear::Quantized { scales, biases, .. } => (
@@ -85,19 +98,8 @@ fn a_quantized_layer_in_half_precision_is_within_its_rounding_over_several_rows(
 fn a_quantized_layer_shared_among_cpu_lanes_gives_the_one_piece_result_exactly() {
     // Wide enough to be shared among the lanes on a machine of 2 or more cores (on the CPU).
     let (out, inp) = (1040, 256);
-    let w = normal(&[out, inp], 3)
-        .multiply(Array::from_f32(0.02))
-        .unwrap();
-    let (words, scales, biases) = quantize(&w, 64, 4).unwrap();
-    let layer = Linear::Quantized {
-        weight: words.clone(),
-        scales: scales.clone(),
-        biases: biases.clone(),
-        spec: QuantSpec {
-            bits: 4,
-            group_size: 64,
-        },
-    };
+    let (words, scales, biases) = random_quantized(out, inp, 3);
+    let layer = quantized_layer(&words, scales.clone(), biases.clone());
     for rows in [1, 5] {
         let x = normal(&[1, rows, inp], 4);
         let whole = quantized_matmul(&x, &words, &scales, &biases, true, 64, 4).unwrap();
