@@ -48,19 +48,24 @@ struct Cli {
     /// Input rows from which quantized layers run as dequantize + dense matmul, or `never`
     /// (default: the engine's measured choice for this backend and dtype).
     #[arg(long, value_parser = parse_rows)]
-    dense_from: Option<Option<usize>>,
+    dense_from: Option<DenseFrom>,
     /// Lanes (CPU streams) a quantized layer's rows are shared among on MLX's CPU backend
     /// (default: one per core, at most 4; 1 = none).
     #[arg(long)]
     cpu_lanes: Option<usize>,
 }
 
-fn parse_rows(text: &str) -> std::result::Result<Option<usize>, String> {
+/// `--dense-from`'s value: a row count, or `None` for never. (A bare `Option<Option<_>>` field
+/// would make clap read the flag's value as optional.)
+#[derive(Clone, Copy)]
+struct DenseFrom(Option<usize>);
+
+fn parse_rows(text: &str) -> std::result::Result<DenseFrom, String> {
     match text {
-        "never" => Ok(None),
+        "never" => Ok(DenseFrom(None)),
         rows => rows
             .parse()
-            .map(Some)
+            .map(|n| DenseFrom(Some(n)))
             .map_err(|e| format!("expected a row count or never, found {rows:?}: {e}")),
     }
 }
@@ -279,6 +284,17 @@ fn followup_profile(
         evaluate.push((t2 - t1).as_secs_f64() * 1e3);
         sample.push((t3 - t2).as_secs_f64() * 1e3);
     }
+    // Turns of other lengths from the same state, in this order: a length met before costs
+    // what a warm shape costs, a new one shows what the first turn of its length pays.
+    let mut sweep = Vec::new();
+    for n in [new.len() + 3, new.len(), new.len() + 9, new.len() + 3, 64, 100, 64] {
+        let ids: Vec<u32> = new.iter().copied().cycle().take(n).collect();
+        let mut turn = caches.clone();
+        let t0 = Instant::now();
+        let logits = model.forward(&ids, &[], &mut turn, Some(1))?;
+        eval_with_caches(&turn, &logits)?;
+        sweep.push(json!({ "tokens": n, "ms": t0.elapsed().as_secs_f64() * 1e3 }));
+    }
     // The same new tokens with no history: what the conversation adds to their prefill.
     let mut fresh = Vec::new();
     for _ in 0..2 {
@@ -295,6 +311,7 @@ fn followup_profile(
         "build_ms": build,
         "eval_ms": evaluate,
         "sample_ms": sample,
+        "sweep": sweep,
     }))
 }
 
@@ -430,7 +447,7 @@ fn main() -> Result<()> {
         DtypeArg::Float32 => Dtype::Float32,
     });
 
-    if let Some(rows) = cli.dense_from {
+    if let Some(DenseFrom(rows)) = cli.dense_from {
         gemma::quant::set_dense_from(rows);
     }
     if let Some(lanes) = cli.cpu_lanes {
