@@ -214,6 +214,27 @@ fn first_token(
     Ok((caches, sampler, y))
 }
 
+/// Names the step the bench is in, for `bench/cuda/apitrace.c` (which reads the file named by
+/// `APITRACE_PHASES`); nothing happens when the variable is unset.
+fn phase(name: &str) {
+    use std::os::unix::fs::FileExt;
+    let Some(path) = std::env::var_os("APITRACE_PHASES") else {
+        return;
+    };
+    let mut record = [0u8; 64];
+    let n = name.len().min(63);
+    record[..n].copy_from_slice(&name.as_bytes()[..n]);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .and_then(|f| f.write_all_at(&record, 0));
+    if let Err(e) = written {
+        eprintln!("APITRACE_PHASES={}: {e}", path.to_string_lossy());
+    }
+}
+
 /// The greedy sampler's (unused) token history.
 fn no_history() -> Array {
     Array::from_slice::<u32>(&[], &[0])
@@ -287,7 +308,11 @@ fn followup_profile(
     // Turns of other lengths from the same state, in this order: a length met before costs
     // what a warm shape costs, a new one shows what the first turn of its length pays.
     let mut sweep = Vec::new();
-    for n in [new.len() + 3, new.len(), new.len() + 9, new.len() + 3, 64, 100, 64] {
+    for (i, n) in [new.len() + 3, new.len(), new.len() + 9, new.len() + 3, 64, 100, 64]
+        .into_iter()
+        .enumerate()
+    {
+        phase(&format!("sweep-{i}-{n}"));
         let ids: Vec<u32> = new.iter().copied().cycle().take(n).collect();
         let mut turn = caches.clone();
         let t0 = Instant::now();
@@ -296,6 +321,7 @@ fn followup_profile(
         sweep.push(json!({ "tokens": n, "ms": t0.elapsed().as_secs_f64() * 1e3 }));
     }
     // The same new tokens with no history: what the conversation adds to their prefill.
+    phase("follow-up-no-history");
     let mut fresh = Vec::new();
     for _ in 0..2 {
         let mut empty = model.new_caches();
@@ -453,6 +479,7 @@ fn main() -> Result<()> {
     if let Some(lanes) = cli.cpu_lanes {
         gemma::quant::set_cpu_lanes(lanes);
     }
+    phase("load");
     let (cold, load_cold) = load(&plan.model, dtype)?;
     drop(cold);
     mlx_clear_cache();
@@ -462,6 +489,7 @@ fn main() -> Result<()> {
     let warm_up_s = if cli.no_warm_up {
         None
     } else {
+        phase("warm-up");
         let start = Instant::now();
         loaded.warm_up().context("warming up")?;
         Some(start.elapsed().as_secs_f64())
@@ -477,6 +505,7 @@ fn main() -> Result<()> {
     let bench = Bench { loaded, options };
     let dtype_name = format!("{:?}", bench.loaded.model.dtype()).to_lowercase();
 
+    phase("plan-warm-up");
     bench.generate(
         &mut Session::new(&bench.loaded.model),
         &plan.warmup.ids,
@@ -488,10 +517,12 @@ fn main() -> Result<()> {
 
     let mut prefill = Vec::new();
     for case in &plan.prefill {
+        phase(&format!("prefill-{}", case.tokens));
         let t = bench.generate(&mut Session::new(&bench.loaded.model), &case.ids, 1)?;
         prefill.push(json!({ "tokens": case.tokens, "ttft_s": t.times[0] }));
     }
 
+    phase("decode");
     let d = bench.generate(
         &mut Session::new(&bench.loaded.model),
         &plan.decode.ids,
@@ -504,26 +535,34 @@ fn main() -> Result<()> {
         "ids": d.ids,
     });
 
+    phase("decode-profile");
     let profile = decode_profile(
         &bench.loaded.model,
         &plan.decode.ids,
         plan.decode.tokens.min(64),
     )?;
+    phase("step-graph");
     let graph = step_graph(&bench.loaded.model, &plan.decode.ids)?;
+    phase("prefill-curve");
     let curve = prefill_curve(&bench.loaded.model, &plan.decode.ids, &plan.curve, 3)?;
 
+    phase("image");
     let (image_ttft, image_tokens) = bench.image_ttft(&plan.image)?;
 
     let f = &plan.followup;
     let mut session = Session::new(&bench.loaded.model);
+    phase("conversation");
     let answer = bench.generate(&mut session, &f.turn1, f.answer_tokens)?;
     let turn2: Vec<u32> = [f.turn1.as_slice(), &answer.ids, &f.suffix].concat();
+    phase("follow-up");
     let t = bench.generate(&mut session, &turn2, 1)?;
     // The same kind of turn once more: its shapes have been met once in this process, so the
     // difference from the first follow-up is one-time work (kernel compilation, allocation).
     let turn3: Vec<u32> = [turn2.as_slice(), &t.ids, &f.suffix].concat();
+    phase("follow-up-again");
     let again = bench.generate(&mut session, &turn3, 1)?;
     let history: Vec<u32> = [f.turn1.as_slice(), &answer.ids].concat();
+    phase("follow-up-profile");
     let profile_followup = followup_profile(
         &bench.loaded.model,
         &history[..history.len() - 1],
@@ -532,6 +571,7 @@ fn main() -> Result<()> {
         4,
     )?;
 
+    phase("end");
     let result = json!({
         "engine": "gemma-desk",
         "dtype": dtype_name,
