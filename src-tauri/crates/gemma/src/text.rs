@@ -6,6 +6,7 @@ use mlx_rs::ops::{
     arange, broadcast_to, concatenate, cumsum, maximum, ones_like, select, softmax_axis,
 };
 use mlx_rs::{Array, Dtype};
+use std::sync::OnceLock;
 
 use crate::cache::KvCache;
 use crate::config::{AttentionKind, Config, TextConfig};
@@ -702,13 +703,8 @@ impl TextModel {
         let head_dim = q.shape()[3];
         let out = if t == 1 && mask.is_none() && !fused_single_query_attention(head_dim) {
             // One query per head, every key visible (the caches hand a single query exactly
-            // what it may see): the `heads / kv_heads` query heads of a K/V head are the rows of
-            // one matrix, so no head is broadcast and the result is already in head order.
-            let kv_heads = keys.shape()[1];
-            let q = q.reshape(&[b, kv_heads, -1, head_dim])?;
-            let scores = q.matmul(keys.swap_axes(-1, -2)?)?;
-            softmax_axis(&scores, -1, true)?
-                .matmul(&values)?
+            // what it may see).
+            single_query_attention(q, &keys, &values, decode_attention())?
                 .reshape(&[b, t, width])?
         } else {
             let mask = mask.map(ScaledDotProductAttentionMask::Array);
@@ -748,6 +744,62 @@ fn fused_single_query_attention(d: i32) -> bool {
         cuda if cuda.starts_with("cuda") => matches!(d, 64 | 96 | 128),
         _ => false,
     }
+}
+
+/// How a decode step composes attention where MLX has no fused kernel for the head size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeAttention {
+    /// The `heads / kv_heads` query heads of a K/V head are the rows of one matrix, for both
+    /// products: no head is broadcast and the result is already in head order (on CUDA both
+    /// products are cuBLAS GEMMs of that many rows).
+    GroupedRows,
+    /// Scores one query head per row against its K/V head, broadcast over the group (not
+    /// copied): MLX's batched GEMV kernel on CUDA, in place of a cuBLAS call. The values are
+    /// weighted as in `GroupedRows`.
+    HeadScores,
+}
+
+static DECODE_ATTENTION: OnceLock<DecodeAttention> = OnceLock::new();
+
+/// Sets, for this process, how decode steps compose attention (default
+/// [`DecodeAttention::GroupedRows`]). For benchmarks comparing the two; only the first call
+/// counts (false after it).
+pub fn set_decode_attention(path: DecodeAttention) -> bool {
+    DECODE_ATTENTION.set(path).is_ok()
+}
+
+/// How decode steps compose attention in this process.
+pub fn decode_attention() -> DecodeAttention {
+    DECODE_ATTENTION
+        .get()
+        .copied()
+        .unwrap_or(DecodeAttention::GroupedRows)
+}
+
+/// Attention of one query per head (`q` `[b, heads, 1, d]`) over every position of `keys` and
+/// `values` (`[b, kv_heads, L, d]`), scale 1, no mask: `[b, kv_heads, heads / kv_heads, d]`,
+/// heads in order.
+pub fn single_query_attention(
+    q: &Array,
+    keys: &Array,
+    values: &Array,
+    path: DecodeAttention,
+) -> Result<Array> {
+    let shape = q.shape();
+    let (b, d) = (shape[0], shape[3]);
+    let kv_heads = keys.shape()[1];
+    let scores = match path {
+        DecodeAttention::GroupedRows => q
+            .reshape(&[b, kv_heads, -1, d])?
+            .matmul(keys.swap_axes(-1, -2)?)?,
+        DecodeAttention::HeadScores => {
+            let group = shape[1] / kv_heads;
+            q.reshape(&[b, kv_heads, group, 1, d])?
+                .matmul(keys.swap_axes(-1, -2)?.expand_dims(2)?)?
+                .reshape(&[b, kv_heads, group, -1])?
+        }
+    };
+    Ok(softmax_axis(&scores, -1, true)?.matmul(values)?)
 }
 
 enum KvInput<'a> {

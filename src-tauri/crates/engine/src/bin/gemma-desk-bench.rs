@@ -53,6 +53,16 @@ struct Cli {
     /// (default: one per core, at most 4; 1 = none).
     #[arg(long)]
     cpu_lanes: Option<usize>,
+    /// How a decode step composes attention where MLX has no fused kernel for the head size
+    /// (default: grouped-rows).
+    #[arg(long, value_enum)]
+    decode_attention: Option<DecodeAttentionArg>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DecodeAttentionArg {
+    GroupedRows,
+    HeadScores,
 }
 
 /// `--dense-from`'s value: a row count, or `None` for never. (A bare `Option<Option<_>>` field
@@ -308,9 +318,17 @@ fn followup_profile(
     // Turns of other lengths from the same state, in this order: a length met before costs
     // what a warm shape costs, a new one shows what the first turn of its length pays.
     let mut sweep = Vec::new();
-    for (i, n) in [new.len() + 3, new.len(), new.len() + 9, new.len() + 3, 64, 100, 64]
-        .into_iter()
-        .enumerate()
+    for (i, n) in [
+        new.len() + 3,
+        new.len(),
+        new.len() + 9,
+        new.len() + 3,
+        64,
+        100,
+        64,
+    ]
+    .into_iter()
+    .enumerate()
     {
         phase(&format!("sweep-{i}-{n}"));
         let ids: Vec<u32> = new.iter().copied().cycle().take(n).collect();
@@ -479,6 +497,12 @@ fn main() -> Result<()> {
     if let Some(lanes) = cli.cpu_lanes {
         gemma::quant::set_cpu_lanes(lanes);
     }
+    if let Some(path) = cli.decode_attention {
+        gemma::text::set_decode_attention(match path {
+            DecodeAttentionArg::GroupedRows => gemma::text::DecodeAttention::GroupedRows,
+            DecodeAttentionArg::HeadScores => gemma::text::DecodeAttention::HeadScores,
+        });
+    }
     phase("load");
     let (cold, load_cold) = load(&plan.model, dtype)?;
     drop(cold);
@@ -577,6 +601,7 @@ fn main() -> Result<()> {
         "dtype": dtype_name,
         "dense_from": gemma::quant::dense_from(bench.loaded.model.dtype()),
         "cpu_lanes": gemma::quant::cpu_lanes(),
+        "decode_attention": format!("{:?}", gemma::text::decode_attention()),
         "load_cold_s": load_cold,
         "load_warm_s": load_warm,
         "warm_up_s": warm_up_s,
