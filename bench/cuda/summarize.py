@@ -1,0 +1,53 @@
+"""One worker run of bench/cuda/variants.sh in a few lines: summarize.py RUN.json LABEL SECONDS.
+
+With RUN.tsv beside it (an apitrace.c table), also the host's time in CUDA's runtime (r) and
+driver (d), cuBLASLt (l) and NVRTC (n) in the main steps, with their five costliest functions.
+"""
+import collections
+import csv
+import json
+import sys
+from pathlib import Path
+
+STEPS = ("warm-up", "prefill-512", "decode", "follow-up", "sweep-0", "sweep-1")
+
+
+def main() -> None:
+    path, label, seconds = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    r = json.loads(path.read_text().strip().splitlines()[-1])
+    d, f = r["decode"], r["followup"]
+    p = f["profile"]
+    print(f"== {label} ({seconds} s) dense from {r.get('dense_from')}, decode attention "
+          f"{r.get('decode_attention')}, warm-up {r.get('warm_up_s')}")
+    print(f"  load {r['load_cold_s']:.2f}/{r['load_warm_s']:.2f} s, peak RSS {r['peak_rss_bytes'] / 1e9:.3f} GB, "
+          f"MLX peak {r['mlx_peak_bytes'] / 1e9:.3f} GB")
+    print("  prefill " + ", ".join(f"{x['tokens']}: {x['tokens'] / x['ttft_s']:.0f} tok/s" for x in r["prefill"]))
+    print(f"  decode {(d['tokens'] - 1) / d['decode_s']:.1f} tok/s; step {json.dumps(r['decode_profile'])}")
+    print(f"  image {r['image']['ttft_s'] * 1e3:.1f} ms; follow-up {f['ttft_s'] * 1e3:.1f}, again "
+          f"{f['again_ttft_s'] * 1e3:.1f} ms")
+    print(f"  follow-up profile: eval {[round(x, 1) for x in p['eval_ms']]}, build {[round(x, 1) for x in p['build_ms']]}, "
+          f"no history {[round(x, 1) for x in p['no_history_ms']]}")
+    print("  sweep " + " ".join(f"{x['tokens']}:{x['ms']:.1f}" for x in p.get("sweep", [])))
+    print("  curve " + " ".join(f"{c['tokens']}:{c['ms']:.1f} (first {c['first_ms']:.0f})" for c in r["prefill_curve"]))
+    trace = path.with_suffix(".tsv")
+    if not trace.exists():
+        return
+    by_step = collections.defaultdict(list)
+    for row in csv.DictReader(trace.open(), delimiter="\t"):
+        by_step[(int(row["order"]), row["phase"])].append(row)
+    for (_, step), rows in sorted(by_step.items()):
+        if not step.startswith(STEPS):
+            continue
+        rows.sort(key=lambda row: -float(row["total_ms"]))
+        # By domain (a runtime call's own driver calls are also counted under d:).
+        domains = collections.Counter()
+        for row in rows:
+            domains[row["function"][0]] += float(row["total_ms"])
+        total = ", ".join(f"{k} {v:.1f}" for k, v in sorted(domains.items()))
+        top = " | ".join(f"{row['function']} {row['calls']}x {float(row['total_ms']):.1f} ms "
+                         f"(max {float(row['max_ms']):.1f})" for row in rows[:5])
+        print(f"  [{step}] ms by domain {total}: {top}")
+
+
+if __name__ == "__main__":
+    main()
