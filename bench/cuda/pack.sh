@@ -24,4 +24,6 @@ tar -C "$WHEEL" --exclude=mlx/lib/libmlx.so -cJf "$OUT/mlxcuda_rest.tar.xz" \
 # Symbols stay (function names in backtraces: ~3 MB after xz); debug info goes.
 strip --strip-debug -o "$OUT/gemma-desk-bench" "$BIN"
 xz -9 -T0 -f "$OUT/gemma-desk-bench"
+# The tracer of variants.sh, in case the device cannot compile it.
+gcc -O2 -shared -fPIC -o "$OUT/libapitrace.so" "$ROOT/bench/cuda/apitrace.c" -ldl -lpthread
 du -sh "$OUT"
