@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::ops::{concatenate, dequantize, quantized_matmul};
+use mlx_rs::ops::{concatenate, dequantize, quantized_matmul, zeros_dtype};
 use mlx_rs::{with_stream, Array, Device, Dtype, Stream};
 
 use crate::config::{QuantSpec, Quantization};
@@ -126,7 +126,30 @@ impl Linear {
     /// runs a dense matmul (the same values up to rounding, through a faster kernel there).
     pub fn forward(&self, x: &Array) -> Result<Array> {
         let dense = dense_from(x.dtype()).is_some_and(|min| rows(x) >= min);
-        self.quantized_on_lanes(x, dense)
+        match dense_bucket() {
+            Some(bucket) if dense => self.forward_dense_padded(x, bucket),
+            _ => self.quantized_on_lanes(x, dense),
+        }
+    }
+
+    /// The dense path of [`forward`](Self::forward) with `x`'s rows padded with zero rows to a
+    /// multiple of `bucket` (their outputs dropped): prefills of different lengths then share
+    /// the dense matmul's shapes, and what a backend does once per shape (CUDA: cuBLAS kernel
+    /// selection and loading, graph instantiation) is paid once per bucket.
+    pub fn forward_dense_padded(&self, x: &Array, bucket: usize) -> Result<Array> {
+        let n = rows(x);
+        let padded = n.div_ceil(bucket.max(1)) * bucket.max(1);
+        if padded == n || matches!(self, Linear::Dense { .. }) {
+            return self.quantized_on_lanes(x, true);
+        }
+        let shape = x.shape();
+        let inp = shape[shape.len() - 1];
+        let zeros = zeros_dtype(&[(padded - n) as i32, inp], x.dtype())?;
+        let rows_in = concatenate(&[x.reshape(&[n as i32, inp])?, zeros], 0)?;
+        let out = self.quantized_on_lanes(&rows_in, true)?;
+        let mut out_shape = shape[..shape.len() - 1].to_vec();
+        out_shape.push(out.shape()[1]);
+        Ok(out.index(..n as i32).reshape(&out_shape)?)
     }
 
     /// Applies the layer to `x` with its weights as stored: MLX's quantized matmul for a
@@ -223,6 +246,19 @@ fn rows(x: &Array) -> usize {
 }
 
 static DENSE_FROM: OnceLock<Option<usize>> = OnceLock::new();
+static DENSE_BUCKET: OnceLock<Option<usize>> = OnceLock::new();
+
+/// Sets, for this process, the row multiple the dense path pads its input to (`None`: no
+/// padding, the default; see [`Linear::forward_dense_padded`]). For benchmarks; only the first
+/// call counts (false after it).
+pub fn set_dense_bucket(rows: Option<usize>) -> bool {
+    DENSE_BUCKET.set(rows.filter(|&r| r > 1)).is_ok()
+}
+
+/// The row multiple the dense path pads its input to, if any.
+pub fn dense_bucket() -> Option<usize> {
+    DENSE_BUCKET.get().copied().flatten()
+}
 
 /// Sets, for this process, the input row count from which quantized layers run as dequantize +
 /// dense matmul (`None`: never), in place of the measured default of [`dense_from`]. For

@@ -108,3 +108,26 @@ fn a_quantized_layer_shared_among_cpu_lanes_gives_the_one_piece_result_exactly()
         assert_eq!(relative_error(&y, &whole), 0.0, "{rows} rows");
     }
 }
+
+#[test]
+fn the_dense_path_padded_to_a_row_bucket_gives_the_unpadded_rows_exactly() {
+    let (out, inp) = (1040, 256);
+    let (words, scales, biases) = random_quantized(out, inp, 5);
+    for dtype in [Dtype::Float32, Dtype::Bfloat16] {
+        let (s, b) = (
+            scales.as_dtype(dtype).unwrap(),
+            biases.as_dtype(dtype).unwrap(),
+        );
+        let layer = quantized_layer(&words, s.clone(), b.clone());
+        let dense = dequantize(&words, &s, &b, 64, 4).unwrap();
+        for rows in [1, 38, 64, 70] {
+            let x = normal(&[1, rows, inp], 6).as_dtype(dtype).unwrap();
+            let expected = x.matmul(dense.transpose().unwrap()).unwrap();
+            let y = layer.forward_dense_padded(&x, 64).unwrap();
+            assert_eq!(y.shape(), &[1, rows, out], "{dtype:?}, {rows} rows");
+            assert_eq!(y.dtype(), dtype);
+            let err = relative_error(&y, &expected.as_dtype(Dtype::Float32).unwrap());
+            assert_eq!(err, 0.0, "{dtype:?}, {rows} rows");
+        }
+    }
+}

@@ -49,6 +49,10 @@ struct Cli {
     /// (default: the engine's measured choice for this backend and dtype).
     #[arg(long, value_parser = parse_rows)]
     dense_from: Option<DenseFrom>,
+    /// Pad the dense path's input rows to a multiple of this (default: no padding), so that
+    /// prefills of different lengths share shapes.
+    #[arg(long)]
+    dense_bucket: Option<usize>,
     /// Lanes (CPU streams) a quantized layer's rows are shared among on MLX's CPU backend
     /// (default: one per core, at most 4; 1 = none).
     #[arg(long)]
@@ -494,6 +498,9 @@ fn main() -> Result<()> {
     if let Some(DenseFrom(rows)) = cli.dense_from {
         gemma::quant::set_dense_from(rows);
     }
+    if let Some(bucket) = cli.dense_bucket {
+        gemma::quant::set_dense_bucket(Some(bucket));
+    }
     if let Some(lanes) = cli.cpu_lanes {
         gemma::quant::set_cpu_lanes(lanes);
     }
@@ -600,6 +607,7 @@ fn main() -> Result<()> {
         "engine": "gemma-desk",
         "dtype": dtype_name,
         "dense_from": gemma::quant::dense_from(bench.loaded.model.dtype()),
+        "dense_bucket": gemma::quant::dense_bucket(),
         "cpu_lanes": gemma::quant::cpu_lanes(),
         "decode_attention": format!("{:?}", gemma::text::decode_attention()),
         "load_cold_s": load_cold,
