@@ -18,6 +18,8 @@
  *   gemma-desk-bench writes at each step when the variable is set.
  * At exit, APITRACE_OUT (default: stderr) gets one line per (phase, function):
  * phase, first-seen order, function, calls, total ms, max ms.
+ * A traced run is slower (a callback around every call): its times attribute, they do not
+ * measure speed.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
