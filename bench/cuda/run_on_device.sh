@@ -4,9 +4,8 @@
 #   bench/cuda/run_on_device.sh CARRY [bench.py arguments...]
 #
 # CARRY is the folder `bench/cuda/pack.sh` filled here (the slimmed libmlx, the rest of the
-# mlx-cuda-13 wheel, Python wheels of the reference, our bench binary). The device has Python
-# 3.12 with the CUDA 13 runtime wheels in /opt/torch/.venv, no Rust and no network. The
-# full-size fixture is generated there (5 GB does not fit the transfer). Results go to $OUT.
+# mlx-cuda-13 wheel, Python wheels of the reference, our bench binary); device_env.sh installs
+# it and generates the checkpoint. Results go to $OUT.
 # BUDGET_S (default 560): seconds from the start within which the run must end; repetitions that
 # would overrun it are not started (the lent machine stops a command at 600 s).
 set -euo pipefail

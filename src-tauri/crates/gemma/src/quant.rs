@@ -128,7 +128,7 @@ impl Linear {
         let dense = dense_from(x.dtype()).is_some_and(|min| rows(x) >= min);
         match dense_bucket() {
             Some(bucket) if dense => self.forward_dense_padded(x, bucket),
-            _ => self.quantized_on_lanes(x, dense),
+            _ => self.product_on_lanes(x, dense),
         }
     }
 
@@ -137,16 +137,16 @@ impl Linear {
     /// the dense matmul's shapes, and what a backend does once per shape (CUDA: cuBLAS kernel
     /// selection and loading, graph instantiation) is paid once per bucket.
     pub fn forward_dense_padded(&self, x: &Array, bucket: usize) -> Result<Array> {
-        let n = rows(x);
-        let padded = n.div_ceil(bucket.max(1)) * bucket.max(1);
+        let (n, bucket) = (rows(x), bucket.max(1));
+        let padded = n.div_ceil(bucket) * bucket;
         if padded == n || matches!(self, Linear::Dense { .. }) {
-            return self.quantized_on_lanes(x, true);
+            return self.product_on_lanes(x, true);
         }
         let shape = x.shape();
         let inp = shape[shape.len() - 1];
         let zeros = zeros_dtype(&[(padded - n) as i32, inp], x.dtype())?;
         let rows_in = concatenate(&[x.reshape(&[n as i32, inp])?, zeros], 0)?;
-        let out = self.quantized_on_lanes(&rows_in, true)?;
+        let out = self.product_on_lanes(&rows_in, true)?;
         let mut out_shape = shape[..shape.len() - 1].to_vec();
         out_shape.push(out.shape()[1]);
         Ok(out.index(..n as i32).reshape(&out_shape)?)
@@ -155,12 +155,13 @@ impl Linear {
     /// Applies the layer to `x` with its weights as stored: MLX's quantized matmul for a
     /// quantized layer, whatever the number of rows.
     pub fn forward_as_stored(&self, x: &Array) -> Result<Array> {
-        self.quantized_on_lanes(x, false)
+        self.product_on_lanes(x, false)
     }
 
-    /// A quantized layer's product, `dense` or not, its output rows shared among the CPU lanes
-    /// (see [`LANES`]; the same values as in one piece: each output column is computed alone).
-    fn quantized_on_lanes(&self, x: &Array, dense: bool) -> Result<Array> {
+    /// The layer's product: a dense layer's matmul, or a quantized layer's (through its
+    /// dequantized weights when `dense`) with its output rows shared among the CPU lanes (see
+    /// [`LANES`]; the same values as in one piece: each output column is computed alone).
+    fn product_on_lanes(&self, x: &Array, dense: bool) -> Result<Array> {
         let (weight, scales, biases, spec) = match self {
             Linear::Dense { weight } => return Ok(x.matmul(weight.transpose()?)?),
             Linear::Quantized {

@@ -1,13 +1,11 @@
 //! A decode step's attention (one query per head over the whole cache), by each way the model
 //! can compose it, against the same attention computed on the host in f64.
 
-use gemma::text::{single_query_attention, DecodeAttention};
-use mlx_rs::{random, Array, Dtype};
+mod common;
+use common::normal;
 
-fn normal(shape: &[i32], seed: u64) -> Array {
-    let key = random::key(seed).unwrap();
-    random::normal::<f32>(shape, None, None, &key).unwrap()
-}
+use gemma::text::{single_query_attention, DecodeAttention};
+use mlx_rs::{Array, Dtype};
 
 fn host(a: &Array) -> Vec<f64> {
     let a = a.as_dtype(Dtype::Float32).unwrap();

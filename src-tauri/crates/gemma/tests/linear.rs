@@ -1,15 +1,13 @@
 //! A quantized linear layer over several rows, whichever MLX kernel computes it on this backend,
 //! gives the product of its dequantized weights to within the rounding of its compute dtype.
 
+mod common;
+use common::normal;
+
 use gemma::config::QuantSpec;
 use gemma::quant::{dense_from, Linear};
 use mlx_rs::ops::{dequantize, quantize, quantized_matmul};
-use mlx_rs::{random, Array, Dtype};
-
-fn normal(shape: &[i32], seed: u64) -> Array {
-    let key = random::key(seed).unwrap();
-    random::normal::<f32>(shape, None, None, &key).unwrap()
-}
+use mlx_rs::{Array, Dtype};
 
 /// max |a − b| / max |b|, in float32.
 fn relative_error(a: &Array, b: &Array) -> f32 {

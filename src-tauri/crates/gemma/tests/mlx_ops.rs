@@ -1,18 +1,16 @@
 //! The MLX primitives the model is built on, run through mlx-rs on this machine's MLX backend and
 //! checked against straightforward host-side (f64) computations.
 
+mod common;
+use common::normal;
+
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops::{dequantize, quantize, quantized_matmul};
 use mlx_rs::transforms::compile::compile;
-use mlx_rs::{random, Array};
+use mlx_rs::Array;
 
 fn host(a: &Array) -> Vec<f32> {
     a.as_type::<f32>().unwrap().as_slice::<f32>().to_vec()
-}
-
-fn normal(shape: &[i32], seed: u64) -> Array {
-    let key = random::key(seed).unwrap();
-    random::normal::<f32>(shape, None, None, &key).unwrap()
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
