@@ -1,7 +1,9 @@
 """One worker run of bench/cuda/variants.sh in a few lines: summarize.py RUN.json LABEL SECONDS.
 
-With RUN.tsv beside it (an apitrace.c table), also the host's time in CUDA's runtime (r) and
-driver (d), cuBLASLt (l) and NVRTC (n) in the main steps, with their five costliest functions.
+With RUN.tsv beside it (an apitrace.c table), also, in the main steps: the host's time in
+CUDA's runtime (r) and driver (d), cuBLASLt (l) and NVRTC (n) with the five costliest functions;
+the GPU's kernel time (k) with the four costliest kernels; and the GEMM shapes whose cuBLASLt
+heuristic query took over a millisecond (h).
 """
 import collections
 import csv
@@ -44,9 +46,22 @@ def main() -> None:
         for row in rows:
             domains[row["function"][0]] += float(row["total_ms"])
         total = ", ".join(f"{k} {v:.1f}" for k, v in sorted(domains.items()))
-        top = " | ".join(f"{row['function']} {row['calls']}x {float(row['total_ms']):.1f} ms "
-                         f"(max {float(row['max_ms']):.1f})" for row in rows[:5])
-        print(f"  [{step}] ms by domain {total}: {top}")
+        host = [row for row in rows if row["function"][0] in "rdln"]
+        print(f"  [{step}] ms by domain {total}: {top(host, 5)}")
+        kernels = [row for row in rows if row["function"][0] == "k"]
+        if kernels:
+            print(f"    gpu: {top(kernels, 4, 90)}")
+        slow = [row for row in rows if row["function"][0] == "h" and float(row["max_ms"]) > 1]
+        if slow:
+            print(f"    slow heuristics: {top(slow, 4)}")
+
+
+def top(rows: list, n: int, width: int = 0) -> str:
+    """The first n rows as "function calls x total ms (max)", names cut to width if set."""
+    def name(row):
+        return row["function"][:width] if width else row["function"]
+    return " | ".join(f"{name(row)} {row['calls']}x {float(row['total_ms']):.1f} ms "
+                      f"(max {float(row['max_ms']):.1f})" for row in rows[:n])
 
 
 if __name__ == "__main__":

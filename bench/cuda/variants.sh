@@ -6,8 +6,9 @@
 #
 # Each variant runs `gemma-desk-bench --plan` (the plan of bench.py's defaults, prepared once per
 # machine) with the environment before `|` and the flags after it, and prints a summary; its JSON
-# and stderr land in $OUT/label.*. `@TRACE@` in the environment runs it under apitrace.c (its
-# table in $OUT/label.tsv, the main steps summarized). BUDGET_S (default 540): variants that
+# and stderr land in $WORK/label.* (default /tmp/variants; the device returns at most 8 files,
+# so only traces and the kernel cache go to $OUT). `@TRACE@` in the environment runs it under
+# apitrace.c (its table in $OUT/label.tsv, the main steps summarized). BUDGET_S (default 540): variants that
 # would start later than that many seconds after the start are skipped. VARIANT=mid uses the
 # mid-size checkpoint. PTX_SAVE=1 leaves MLX's kernel cache in $OUT/mlx_ptx.tar.xz: carried back
 # as CARRY/mlx_ptx.tar.xz it spares the next machine's first process ~100 s of compilation.
@@ -15,7 +16,8 @@ set -uo pipefail
 START=$(date +%s)
 CARRY=$(cd "$1" && pwd); shift
 OUT=${OUT:-/tmp/bench-out}
-mkdir -p "$OUT"
+WORK=${WORK:-/tmp/variants}
+mkdir -p "$OUT" "$WORK"
 # shellcheck source=device_env.sh
 source "$(dirname "$0")/device_env.sh"
 if [ -f "$CARRY/mlx_ptx.tar.xz" ] && [ ! -d "$MLX_PTX_CACHE_DIR" ]; then
@@ -35,9 +37,10 @@ for variant in "$@"; do
   t0=$(date +%s)
   envs=${envs//@TRACE@/$TRACE APITRACE_OUT=$OUT/$label.tsv}
   # shellcheck disable=SC2086  # the environment and flags are word lists
-  env $envs /tmp/gemma-desk-bench --plan "$PLAN" $args > "$OUT/$label.json" 2> "$OUT/$label.err" \
-    || { tail -5 "$OUT/$label.err"; continue; }
-  "$PY" bench/cuda/summarize.py "$OUT/$label.json" "$label" $(( $(date +%s) - t0 ))
+  env $envs /tmp/gemma-desk-bench --plan "$PLAN" $args > "$WORK/$label.json" 2> "$WORK/$label.err" \
+    || { tail -5 "$WORK/$label.err"; continue; }
+  [ -f "$OUT/$label.tsv" ] && cp "$OUT/$label.tsv" "$WORK/"
+  "$PY" bench/cuda/summarize.py "$WORK/$label.json" "$label" $(( $(date +%s) - t0 ))
 done
 if [ "${PTX_SAVE:-0}" = 1 ]; then
   tar -C "$MLX_PTX_CACHE_DIR" -cf - . | xz -6 -T0 > "$OUT/mlx_ptx.tar.xz"

@@ -38,6 +38,9 @@ pub enum EngineError {
     Image(#[from] crate::image::ImageError),
 }
 
+/// Tokens of the warm-up's first message (see [`LoadedModel::warm_up_over`]).
+pub const WARM_UP_HISTORY: usize = 0;
+
 /// A loaded model folder: weights, tokenizer, template and special ids.
 pub struct LoadedModel {
     pub dir: PathBuf,
@@ -71,6 +74,12 @@ impl LoadedModel {
     /// history. Measured on the H200 (bench): a length's first prefill costs 6–65 ms more than
     /// its next. Leaves no state behind: the session is dropped.
     pub fn warm_up(&self) -> Result<(), EngineError> {
+        self.warm_up_over(WARM_UP_HISTORY)
+    }
+
+    /// [`Self::warm_up`] with a first message of about `history` tokens, so that the
+    /// follow-up's prefill attends a history of that length (0: a one-word message).
+    pub fn warm_up_over(&self, history: usize) -> Result<(), EngineError> {
         let options = GenerateOptions {
             sampler: SamplerConfig::greedy(),
             max_tokens: 2,
@@ -94,7 +103,10 @@ impl LoadedModel {
             )?;
             Ok(self.tokenizer.decode(&answer, true)?)
         };
-        let mut messages = vec![Message::text(Role::User, "Hello!")];
+        let unit = "Hello! ";
+        let repeats = history / self.tokenizer.encode(unit)?.len().max(1);
+        let first = unit.repeat(repeats.max(1));
+        let mut messages = vec![Message::text(Role::User, first.trim_end())];
         let answer = turn(&messages)?;
         messages.push(Message::text(Role::Assistant, answer));
         messages.push(Message::text(Role::User, "Thanks. And then?"));

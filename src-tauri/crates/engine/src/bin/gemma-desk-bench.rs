@@ -45,6 +45,9 @@ struct Cli {
     /// Skip the warm-up the app runs after loading (to measure what it changes).
     #[arg(long)]
     no_warm_up: bool,
+    /// Tokens of the warm-up's first message (default: the engine's `WARM_UP_HISTORY`).
+    #[arg(long)]
+    warm_up_history: Option<usize>,
     /// Input rows from which quantized layers run as dequantize + dense matmul, or `never`
     /// (default: the engine's measured choice for this backend and dtype).
     #[arg(long, value_parser = parse_rows)]
@@ -522,7 +525,11 @@ fn main() -> Result<()> {
     } else {
         phase("warm-up");
         let start = Instant::now();
-        loaded.warm_up().context("warming up")?;
+        match cli.warm_up_history {
+            Some(history) => loaded.warm_up_over(history),
+            None => loaded.warm_up(),
+        }
+        .context("warming up")?;
         Some(start.elapsed().as_secs_f64())
     };
     loaded.specials.eos.clear();
@@ -613,6 +620,7 @@ fn main() -> Result<()> {
         "load_cold_s": load_cold,
         "load_warm_s": load_warm,
         "warm_up_s": warm_up_s,
+        "warm_up_history": cli.warm_up_history.unwrap_or(engine::worker::WARM_UP_HISTORY),
         "prefill": prefill,
         "decode": decode,
         "decode_profile": profile,
