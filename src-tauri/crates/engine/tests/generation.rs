@@ -457,7 +457,7 @@ fn the_warm_up_after_loading_changes_no_answer() {
     let cold = m.tokenizer.decode(&cold, false).unwrap();
     assert!(!cold.is_empty());
     m.warm_up().unwrap();
-    m.warm_up().unwrap();
+    m.warm_up_over(300).unwrap();
     drop(m);
 
     // The engine thread warms up right after it replies to the load: a request sent at once
