@@ -19,6 +19,10 @@ fi
 xz -dc "$CARRY/gemma-desk-bench.xz" > /tmp/gemma-desk-bench && chmod +x /tmp/gemma-desk-bench
 # MLX compiles its JIT kernels into this cache; a machine's first process pays ~100 s for it.
 export MLX_PTX_CACHE_DIR=/root/mlx_ptx
+# A cache saved by `variants.sh` with PTX_SAVE=1, carried back: no compilation on this machine.
+if [ -f "$CARRY/mlx_ptx.tar.xz" ] && [ ! -d "$MLX_PTX_CACHE_DIR" ]; then
+  mkdir -p "$MLX_PTX_CACHE_DIR" && tar -C "$MLX_PTX_CACHE_DIR" -xJf "$CARRY/mlx_ptx.tar.xz"
+fi
 export PYTHONPATH=$SITE CUDA_HOME=/usr/local/cuda
 LD_LIBRARY_PATH=$SITE/mlx/lib:$(ls -d "$NVIDIA"/*/lib | tr '\n' ':')
 export LD_LIBRARY_PATH

@@ -20,9 +20,6 @@ WORK=${WORK:-/tmp/variants}
 mkdir -p "$OUT" "$WORK"
 # shellcheck source=device_env.sh
 source "$(dirname "$0")/device_env.sh"
-if [ -f "$CARRY/mlx_ptx.tar.xz" ] && [ ! -d "$MLX_PTX_CACHE_DIR" ]; then
-  mkdir -p "$MLX_PTX_CACHE_DIR" && tar -C "$MLX_PTX_CACHE_DIR" -xJf "$CARRY/mlx_ptx.tar.xz"
-fi
 PLAN=/tmp/plan-$(basename "$MODEL").json
 [ -f "$PLAN" ] || "$PY" bench/reference_worker.py prepare --model "$MODEL" --out "$PLAN" > "$OUT/prepare.log" 2>&1 \
   || { tail "$OUT/prepare.log"; exit 1; }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -38,8 +38,22 @@ pub enum EngineError {
     Image(#[from] crate::image::ImageError),
 }
 
-/// Tokens of the warm-up's first message (see [`LoadedModel::warm_up_over`]).
-pub const WARM_UP_HISTORY: usize = 0;
+/// Tokens of the warm-up's first message on this backend (see [`LoadedModel::warm_up_over`]).
+///
+/// On a GPU, a GEMM library picks its kernels by shape class, and the first use of a class
+/// loads them: measured on the H200 (bench, same process), a follow-up over a 2,069-token
+/// history took 30–35 ms the first time and 21 ms after, until the warm-up's follow-up attended
+/// a history of that order (first follow-up 21.4 ms; 24.7 with a 600-token history). The
+/// 2,048-token first message also warms the long-prompt shapes (a first 512-token prefill:
+/// 45 → 19 ms). Metal's GEMMs are also specialized per shape class and alignment, so
+/// the same warm-up is used there. On the CPU there is nothing of the kind to load, and
+/// prefilling 2k tokens would take minutes: a one-word message.
+pub fn warm_up_history() -> usize {
+    match mlx_sys::FLAVOR {
+        "cpu" => 0,
+        _ => 2048,
+    }
+}
 
 /// A loaded model folder: weights, tokenizer, template and special ids.
 pub struct LoadedModel {
@@ -66,26 +80,29 @@ impl LoadedModel {
         })
     }
 
-    /// Runs a two-turn chat of a few tokens and throws it away, so that the user's first
-    /// message does not pay the backend's one-time work: kernels loaded or compiled on first use
-    /// (MLX's fused kernels, Metal pipeline states, CUDA modules and cuBLAS plans), the compiled
-    /// elementwise traces, and the allocator's first buffers. It covers the three shapes a chat
-    /// meets: a prefill from empty caches, decode steps, and a follow-up prefill over a cached
-    /// history. Measured on the H200 (bench): a length's first prefill costs 6–65 ms more than
-    /// its next. Leaves no state behind: the session is dropped.
+    /// Runs a two-turn chat of two tokens per answer and throws it away, so that the user's
+    /// first messages do not pay the backend's one-time work: kernels loaded or compiled on
+    /// first use (MLX's fused kernels, Metal pipeline states, CUDA modules and cuBLAS plans),
+    /// the compiled elementwise traces, and the allocator's first buffers. It covers the three
+    /// shapes a chat meets: a prefill from empty caches, decode steps, and a follow-up prefill
+    /// over a cached history, of [`warm_up_history`] tokens on this backend. Measured on the
+    /// H200 (bench): a length's first prefill costs 6–65 ms more than its next. Leaves no state
+    /// behind: the session is dropped.
     pub fn warm_up(&self) -> Result<(), EngineError> {
-        self.warm_up_over(WARM_UP_HISTORY)
+        self.warm_up_over(warm_up_history(), &AtomicBool::new(false))
+            .map(|_| ())
     }
 
     /// [`Self::warm_up`] with a first message of about `history` tokens, so that the
-    /// follow-up's prefill attends a history of that length (0: a one-word message).
-    pub fn warm_up_over(&self, history: usize) -> Result<(), EngineError> {
+    /// follow-up's prefill attends a history of that length (0: a one-word message). Stops
+    /// early, between prefill chunks or tokens, once `stop` is set; true if it ran to the end.
+    pub fn warm_up_over(&self, history: usize, stop: &AtomicBool) -> Result<bool, EngineError> {
         let options = GenerateOptions {
             sampler: SamplerConfig::greedy(),
             max_tokens: 2,
             ..GenerateOptions::default()
         };
-        let cancel = AtomicBool::new(false);
+        let cancel = stop;
         let mut session = Session::new(&self.model);
         let mut turn = |messages: &[Message]| -> Result<String, EngineError> {
             let ids = self.prompt_ids(messages, false)?;
@@ -98,7 +115,7 @@ impl LoadedModel {
                 &self.tokenizer,
                 &self.specials,
                 &options,
-                &cancel,
+                cancel,
                 |d| answer.extend(d.token),
             )?;
             Ok(self.tokenizer.decode(&answer, true)?)
@@ -108,10 +125,13 @@ impl LoadedModel {
         let first = unit.repeat(repeats.max(1));
         let mut messages = vec![Message::text(Role::User, first.trim_end())];
         let answer = turn(&messages)?;
+        if stop.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
         messages.push(Message::text(Role::Assistant, answer));
         messages.push(Message::text(Role::User, "Thanks. And then?"));
         turn(&messages)?;
-        Ok(())
+        Ok(!stop.load(Ordering::Relaxed))
     }
 
     /// Renders and tokenizes a conversation, ready for generation.
@@ -256,9 +276,41 @@ enum Command {
 /// Handle to the engine thread.
 pub struct Engine {
     commands: Sender<Command>,
+    queue: Arc<Queue>,
     next_id: AtomicU64,
     running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// What lets the warm-up after a load yield to the user: commands sent and not yet taken by
+/// the engine thread, and the flag that stops the warm-up when there are any.
+#[derive(Default)]
+struct Queue {
+    pending: AtomicUsize,
+    stop_warm_up: AtomicBool,
+}
+
+impl Queue {
+    /// Before a command is sent.
+    fn sending(&self) {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        self.stop_warm_up.store(true, Ordering::SeqCst);
+    }
+
+    /// The engine thread took a command.
+    fn taken(&self) {
+        self.pending.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The flag for a warm-up starting now: set at once if a command already waits, and by
+    /// every later one (cleared first, so that no command sent meanwhile is missed).
+    fn warm_up_stop(&self) -> &AtomicBool {
+        self.stop_warm_up.store(false, Ordering::SeqCst);
+        if self.pending.load(Ordering::SeqCst) > 0 {
+            self.stop_warm_up.store(true, Ordering::SeqCst);
+        }
+        &self.stop_warm_up
+    }
 }
 
 impl Engine {
@@ -267,12 +319,15 @@ impl Engine {
         let (commands, inbox) = channel();
         let running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>> = Arc::default();
         let finished = running.clone();
+        let queue = Arc::new(Queue::default());
+        let taken = queue.clone();
         let thread = std::thread::Builder::new()
             .name("gemma-engine".into())
-            .spawn(move || run(inbox, finished))
+            .spawn(move || run(inbox, &taken, finished))
             .ok();
         Self {
             commands,
+            queue,
             next_id: AtomicU64::new(1),
             running,
             thread,
@@ -282,6 +337,7 @@ impl Engine {
     /// Loads a model folder (blocking until loaded or failed), replacing any loaded one.
     pub fn load(&self, dir: &Path, options: LoadOptions) -> Result<ModelInfo, EngineError> {
         let (reply, answer) = channel();
+        self.queue.sending();
         self.commands
             .send(Command::Load {
                 dir: dir.to_path_buf(),
@@ -303,6 +359,7 @@ impl Engine {
         if let Ok(mut running) = self.running.lock() {
             running.insert(id, cancel.clone());
         }
+        self.queue.sending();
         self.commands
             .send(Command::Generate {
                 id,
@@ -354,6 +411,7 @@ impl Drop for Engine {
                 .values()
                 .for_each(|f| f.store(true, Ordering::Relaxed));
         }
+        self.queue.sending();
         let _ = self.commands.send(Command::Shutdown);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -361,12 +419,17 @@ impl Drop for Engine {
     }
 }
 
-fn run(inbox: Receiver<Command>, running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>>) {
+fn run(
+    inbox: Receiver<Command>,
+    queue: &Queue,
+    running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>>,
+) {
     let mut loaded: Option<LoadedModel> = None;
     // One conversation's cache is kept: enough for follow-ups, bounded memory.
     let mut session: Option<(String, Session)> = None;
     let mut features = FeatureCache::new(16);
     while let Ok(command) = inbox.recv() {
+        queue.taken();
         match command {
             Command::Shutdown => break,
             Command::Load {
@@ -384,12 +447,15 @@ fn run(inbox: Receiver<Command>, running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>
                     loaded = Some(m);
                     info
                 });
+                // The flag before the reply: a request sent once the caller has it stops the
+                // warm-up (between prefill chunks or tokens), so the app is ready at once and
+                // the user's first message waits for at most one chunk of it. A failure here
+                // would show again, with its message, on the first real request; the model
+                // stays loaded.
+                let stop = queue.warm_up_stop();
                 let _ = reply.send(result);
-                // After the reply: the app is ready at once, and a request sent meanwhile waits
-                // only for the rest of this short run. A failure here would show again, with
-                // its message, on the first real request; the model stays loaded.
                 if let Some(m) = &loaded {
-                    if let Err(e) = m.warm_up() {
+                    if let Err(e) = m.warm_up_over(warm_up_history(), stop) {
                         eprintln!("warm-up after loading {} failed: {e}", m.dir.display());
                     }
                 }
@@ -471,4 +537,25 @@ fn answer(
     );
     *session = Some((request.conversation.clone(), current));
     result
+}
+
+#[cfg(test)]
+mod queue_tests {
+    use super::*;
+
+    #[test]
+    fn a_warm_up_stops_for_a_command_sent_before_or_during_it_and_only_then() {
+        let queue = Queue::default();
+        // Nothing waits: the warm-up runs.
+        assert!(!queue.warm_up_stop().load(Ordering::SeqCst));
+        // A command sent during it stops it.
+        let stop = queue.warm_up_stop();
+        queue.sending();
+        assert!(stop.load(Ordering::SeqCst));
+        // One sent before it started, not yet taken, stops it at once.
+        assert!(queue.warm_up_stop().load(Ordering::SeqCst));
+        // Once taken, the next warm-up runs again.
+        queue.taken();
+        assert!(!queue.warm_up_stop().load(Ordering::SeqCst));
+    }
 }

@@ -457,7 +457,10 @@ fn the_warm_up_after_loading_changes_no_answer() {
     let cold = m.tokenizer.decode(&cold, false).unwrap();
     assert!(!cold.is_empty());
     m.warm_up().unwrap();
-    m.warm_up_over(300).unwrap();
+    assert!(m.warm_up_over(300, &AtomicBool::new(false)).unwrap());
+    // Stopped (as by a request sent after the load): it returns at once, having done nothing
+    // that changes an answer.
+    assert!(!m.warm_up_over(300, &AtomicBool::new(true)).unwrap());
     drop(m);
 
     // The engine thread warms up right after it replies to the load: a request sent at once

@@ -45,7 +45,7 @@ struct Cli {
     /// Skip the warm-up the app runs after loading (to measure what it changes).
     #[arg(long)]
     no_warm_up: bool,
-    /// Tokens of the warm-up's first message (default: the engine's `WARM_UP_HISTORY`).
+    /// Tokens of the warm-up's first message (default: the engine's choice for this backend).
     #[arg(long)]
     warm_up_history: Option<usize>,
     /// Input rows from which quantized layers run as dequantize + dense matmul, or `never`
@@ -525,11 +525,12 @@ fn main() -> Result<()> {
     } else {
         phase("warm-up");
         let start = Instant::now();
-        match cli.warm_up_history {
-            Some(history) => loaded.warm_up_over(history),
-            None => loaded.warm_up(),
-        }
-        .context("warming up")?;
+        let history = cli
+            .warm_up_history
+            .unwrap_or_else(engine::worker::warm_up_history);
+        loaded
+            .warm_up_over(history, &AtomicBool::new(false))
+            .context("warming up")?;
         Some(start.elapsed().as_secs_f64())
     };
     loaded.specials.eos.clear();
@@ -620,7 +621,7 @@ fn main() -> Result<()> {
         "load_cold_s": load_cold,
         "load_warm_s": load_warm,
         "warm_up_s": warm_up_s,
-        "warm_up_history": cli.warm_up_history.unwrap_or(engine::worker::WARM_UP_HISTORY),
+        "warm_up_history": cli.warm_up_history.unwrap_or_else(engine::worker::warm_up_history),
         "prefill": prefill,
         "decode": decode,
         "decode_profile": profile,
