@@ -275,8 +275,9 @@ def main(argv: list[str] | None = None) -> None:
     warm_ups = [r["warm_up_s"] for r in runs["ours"] if r.get("warm_up_s") is not None]
     if warm_ups:
         header += (
-            f"- our warm-up after loading (a two-turn chat of a few tokens the app runs once the model is "
-            f"loaded, not counted in the load time): {statistics.median(warm_ups) * 1000:,.0f} ms\n"
+            f"- our warm-up after loading (the two-turn chat the app runs once the model is loaded, its "
+            f"first message of {runs['ours'][0].get('warm_up_history', 0):,} tokens; not counted in the load "
+            f"time): {statistics.median(warm_ups) * 1000:,.0f} ms\n"
         )
     def curve(name: str) -> dict[int, float]:
         rows = [r.get("prefill_curve") or [] for r in runs[name]]
