@@ -45,7 +45,7 @@ pub enum EngineError {
 /// history took 30–35 ms the first time and 21 ms after, until the warm-up's follow-up attended
 /// a history of that order (first follow-up 21.4 ms; 24.7 with a 600-token history). The
 /// 2,048-token first message also warms the long-prompt shapes (a first 512-token prefill:
-/// 45 → 19 ms). Metal's GEMMs are also specialized per shape class and alignment, so
+/// 45 → 22 ms). Metal's GEMMs are also specialized per shape class and alignment, so
 /// the same warm-up is used there. On the CPU there is nothing of the kind to load, and
 /// prefilling 2k tokens would take minutes: a one-word message.
 pub fn warm_up_history() -> usize {
@@ -102,7 +102,6 @@ impl LoadedModel {
             max_tokens: 2,
             ..GenerateOptions::default()
         };
-        let cancel = stop;
         let mut session = Session::new(&self.model);
         let mut turn = |messages: &[Message]| -> Result<String, EngineError> {
             let ids = self.prompt_ids(messages, false)?;
@@ -115,7 +114,7 @@ impl LoadedModel {
                 &self.tokenizer,
                 &self.specials,
                 &options,
-                cancel,
+                stop,
                 |d| answer.extend(d.token),
             )?;
             Ok(self.tokenizer.decode(&answer, true)?)
