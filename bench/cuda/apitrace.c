@@ -94,6 +94,28 @@ static int current_phase(void) {
     return phase_count++;
 }
 
+/* CUPTI's activity API, as cupti_activity.h (CUDA 13.0) declares it: a kernel record is a
+ * CUpti_ActivityKernel10 with kind at 0, start and end (ns) at 16 and 24 and the mangled name at
+ * 104; CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL is 10. */
+enum { KIND_KERNEL = 10, KERNEL_START = 16, KERNEL_END = 24, KERNEL_NAME = 104 };
+static int (*cupti_timestamp)(uint64_t *);
+static int (*cupti_next_record)(uint8_t *, size_t, void **);
+static int (*cupti_flush_all)(uint32_t);
+static char *(*demangle)(const char *, char *, size_t *, int *);
+
+/* Phase changes on CUPTI's clock, for placing kernels (the lock is held). */
+#define MAX_MARKS 4096
+static struct { uint64_t ts; int phase; } marks[MAX_MARKS];
+static int mark_count;
+static void mark_phase(int phase) {
+    if (!cupti_timestamp || (mark_count && marks[mark_count - 1].phase == phase)) return;
+    if (mark_count == MAX_MARKS) return;
+    uint64_t ts = 0;
+    cupti_timestamp(&ts);
+    marks[mark_count].ts = ts;
+    marks[mark_count++].phase = phase;
+}
+
 /* Adds one call to the row of (phase, domain, name); the lock is held. */
 static void record_at(int phase, char domain, const char *name, uint64_t ns) {
     /* Open addressing over (phase, name, domain); rows keep first-seen order for the report. */
@@ -122,8 +144,6 @@ static void record_at(int phase, char domain, const char *name, uint64_t ns) {
     }
 }
 
-static void mark_phase(int phase);
-
 static void record(char domain, const char *name, uint64_t ns) {
     pthread_mutex_lock(&lock);
     int phase = current_phase();
@@ -148,42 +168,10 @@ static const char *intern(const char *s) {
     return found ? found : "(too many names)";
 }
 
-/* CUPTI's activity API, as cupti_activity.h (CUDA 13.0) declares it: a kernel record is a
- * CUpti_ActivityKernel10 with kind at 0, start and end (ns) at 16 and 24 and the mangled name at
- * 104; CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL is 10. */
-enum { KIND_KERNEL = 10, KERNEL_START = 16, KERNEL_END = 24, KERNEL_NAME = 104 };
-static int (*cupti_timestamp)(uint64_t *);
-static int (*cupti_next_record)(uint8_t *, size_t, void **);
-static int (*cupti_flush_all)(uint32_t);
-static char *(*demangle)(const char *, char *, size_t *, int *);
-
-/* Phase changes on CUPTI's clock, for placing kernels (the lock is held). */
-#define MAX_MARKS 4096
-static struct { uint64_t ts; int phase; } marks[MAX_MARKS];
-static int mark_count;
-static void mark_phase(int phase) {
-    if (!cupti_timestamp || (mark_count && marks[mark_count - 1].phase == phase)) return;
-    if (mark_count == MAX_MARKS) return;
-    uint64_t ts = 0;
-    cupti_timestamp(&ts);
-    marks[mark_count].ts = ts;
-    marks[mark_count++].phase = phase;
-}
-
 /* The demangled, interned name of a kernel, cached by CUPTI's name pointer (stable per
  * function): demangling every record would slow the traced process. */
 #define KERNEL_SLOTS 8192
 static struct { const char *mangled, *name; } kernel_names[KERNEL_SLOTS];
-static const char *kernel_name_locked(const char *mangled);
-static pthread_mutex_t kernel_lock = PTHREAD_MUTEX_INITIALIZER;
-static const char *kernel_name(const char *mangled) {
-    if (!mangled) return "?";
-    pthread_mutex_lock(&kernel_lock);
-    const char *name = kernel_name_locked(mangled);
-    pthread_mutex_unlock(&kernel_lock);
-    return name;
-}
-
 static const char *kernel_name_locked(const char *mangled) {
     size_t slot = ((uintptr_t)mangled * 0x9E3779B97F4A7C15ull) >> 51;
     for (size_t probe = 0; probe < KERNEL_SLOTS; probe++, slot = (slot + 1) % KERNEL_SLOTS) {
@@ -200,6 +188,15 @@ static const char *kernel_name_locked(const char *mangled) {
         }
     }
     return intern(mangled);
+}
+
+static pthread_mutex_t kernel_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *kernel_name(const char *mangled) {
+    if (!mangled) return "?";
+    pthread_mutex_lock(&kernel_lock);
+    const char *name = kernel_name_locked(mangled);
+    pthread_mutex_unlock(&kernel_lock);
+    return name;
 }
 
 static void buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {

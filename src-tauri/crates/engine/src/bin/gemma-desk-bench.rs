@@ -520,16 +520,16 @@ fn main() -> Result<()> {
     let (mut loaded, load_warm) = load(&plan.model, dtype)?;
     // What the app's engine thread does right after it replies to a load (the app is usable
     // meanwhile): timed apart from the load, which mlx-vlm has no counterpart of.
+    let warm_up_history = cli
+        .warm_up_history
+        .unwrap_or_else(engine::worker::warm_up_history);
     let warm_up_s = if cli.no_warm_up {
         None
     } else {
         phase("warm-up");
         let start = Instant::now();
-        let history = cli
-            .warm_up_history
-            .unwrap_or_else(engine::worker::warm_up_history);
         loaded
-            .warm_up_over(history, &AtomicBool::new(false))
+            .warm_up_over(warm_up_history, &AtomicBool::new(false))
             .context("warming up")?;
         Some(start.elapsed().as_secs_f64())
     };
@@ -621,7 +621,7 @@ fn main() -> Result<()> {
         "load_cold_s": load_cold,
         "load_warm_s": load_warm,
         "warm_up_s": warm_up_s,
-        "warm_up_history": cli.warm_up_history.unwrap_or_else(engine::worker::warm_up_history),
+        "warm_up_history": warm_up_history,
         "prefill": prefill,
         "decode": decode,
         "decode_profile": profile,
