@@ -4,9 +4,9 @@
 #   bench/cuda/pack.sh BENCH_BINARY OUT_DIR
 #
 # BENCH_BINARY is gemma-desk-bench built with MLX_FLAVOR=cuda (MLX_WHEEL_DIR=.deps/mlx-cuda-13).
-# libmlx.so is slimmed to its sm_90 kernels (../../../shared/gpu/slim_libmlx.py: measurement only,
-# it runs on Hopper alone) and xz-compressed; the reference's pure-Python wheels and the mlx
-# bindings for CPython 3.12 come from PyPI.
+# libmlx.so is slimmed to its sm_90 kernels by the script $SLIM names (not part of this repository;
+# docs/BENCHMARK.md §6 says what it does: measurement only, the result runs on Hopper alone) and
+# xz-compressed; the reference's pure-Python wheels and the mlx bindings for CPython 3.12 come from PyPI.
 set -euo pipefail
 BIN=$1
 OUT=$2

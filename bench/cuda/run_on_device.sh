@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The side-by-side benchmark on a lent NVIDIA machine (see ../../README.md, "Benchmark").
+# The side-by-side benchmark on a lent NVIDIA machine (method: docs/BENCHMARK.md).
 #
 #   bench/cuda/run_on_device.sh CARRY [bench.py arguments...]
 #
