@@ -42,7 +42,7 @@ run: deps build-all
 	$(APP)
 
 test: deps ui py-deps tauri-driver
-	$(MAKE) test-rust test-ui test-parity test-e2e
+	$(MAKE) lint test-rust test-ui test-parity test-e2e
 
 # ---------------------------------------------------------------- prerequisites
 deps: system-deps mlx-wheel ui-deps

@@ -14,6 +14,7 @@ use chats::{AttachmentInput, AttachmentRef, Store};
 use serde::Serialize;
 use ts_rs::TS;
 
+use crate::sync::lock;
 use crate::error::Error;
 
 /// Largest file accepted as an attachment.
@@ -185,12 +186,6 @@ impl Attachments {
         previews.insert(hash, url.clone());
         Ok(url)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn data_url(png: &[u8]) -> String {

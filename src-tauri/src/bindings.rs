@@ -49,7 +49,7 @@ fn ui_bindings_are_current() {
     chats::Conversation::export_all(&config).unwrap();
     chats::ConversationSummary::export_all(&config).unwrap();
     chats::SearchHit::export_all(&config).unwrap();
-    engine::models::ModelCandidate::export_all(&config).unwrap();
+    model_store::ModelCandidate::export_all(&config).unwrap();
 
     let fresh = read_ts_files(fresh_dir.path());
     let committed = read_ts_files(&committed_dir);

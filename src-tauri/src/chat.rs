@@ -11,13 +11,15 @@ use chats::{
 };
 use engine::image::{preprocess_path, Preprocessed, SoftTokenBudget};
 use engine::template::{self, Part};
-use engine::worker::{ChatRequest, Engine, Event};
+use engine::worker::{ChatRequest, Engine};
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 
+use crate::answer::AnswerRecorder;
 use crate::attachments::Attachments;
-use crate::error::{context_full_message, CommandError, Error, ErrorKind};
+use crate::error::Error;
 use crate::events::Events;
+use crate::sync::lock;
 use crate::model_setup::Models;
 use crate::settings::Settings;
 
@@ -266,127 +268,32 @@ impl Chat {
             thinking: settings.thinking,
             options: settings.generate_options(),
         };
-        let mut writer = Some(StreamWriter::begin(self.store.clone(), conversation_id)?);
-        let message_id = writer
-            .as_ref()
-            .map(|w| w.message_id().to_owned())
-            .unwrap_or_default();
+        let writer = StreamWriter::begin(self.store.clone(), conversation_id)?;
         let mut active = lock(&self.active);
         if active.is_some() {
             drop(active);
-            if let Some(writer) = writer {
-                let _ = writer.finish(
-                    MessageStatus::Error,
-                    None,
-                    Some("another answer was started"),
-                );
-            }
+            let _ = writer.finish(
+                MessageStatus::Error,
+                None,
+                Some("another answer was started"),
+            );
             return Err(Error::Busy);
         }
-        let events = self.events.clone();
         let finished = self.active.clone();
-        let canceller = self.engine.canceller();
-        let store = self.store.clone();
-        // Set when the answer could not be saved: the answer is stopped and ends with this error.
-        let mut save_error: Option<CommandError> = None;
-        let ids = (conversation_id.to_owned(), message_id.clone());
-        let context_window = settings.context_length;
-        let on_event = move |event: Event| {
-            let (conversation_id, message_id) = (ids.0.clone(), ids.1.clone());
-            match event {
-                Event::Delta {
-                    generation_id,
-                    delta,
-                    token_count,
-                } => {
-                    if let Some(Err(err)) = writer.as_mut().map(|w| w.push(&delta)) {
-                        writer = None;
-                        // A deleted conversation was stopped by its deletion; anything else (a
-                        // full disk) stops the answer and says so, rather than streaming on as
-                        // if it were kept.
-                        if store.get_conversation(&conversation_id).is_ok() {
-                            save_error = Some(CommandError {
-                                kind: ErrorKind::Io,
-                                message: format!(
-                                    "The answer could not be saved ({err}), so it was stopped. \
-                                     What was saved before is kept."
-                                ),
-                            });
-                            canceller.cancel(generation_id);
-                        }
-                    }
-                    if save_error.is_some() {
-                        return;
-                    }
-                    events.generation(&GenerationEvent::Delta {
-                        generation_id,
-                        conversation_id,
-                        message_id,
-                        delta,
-                        token_count: token_count as u64,
-                    });
-                }
-                Event::Done {
-                    generation_id,
-                    usage,
-                } => {
-                    let usage = stored_usage(&usage);
-                    let status = match usage.stop_reason {
-                        chats::StopReason::Cancelled => MessageStatus::Stopped,
-                        _ => MessageStatus::Complete,
-                    };
-                    if let Some(writer) = writer.take() {
-                        let _ = writer.finish(status, Some(&usage), None);
-                    }
-                    *lock(&finished) = None;
-                    if let Some(error) = save_error.take() {
-                        events.generation(&GenerationEvent::Error {
-                            generation_id,
-                            conversation_id,
-                            message_id,
-                            error,
-                        });
-                        return;
-                    }
-                    events.generation(&GenerationEvent::Done {
-                        generation_id,
-                        conversation_id,
-                        message_id,
-                        usage,
-                        context_window,
-                    });
-                }
-                Event::Error {
-                    generation_id,
-                    message,
-                    overflow,
-                } => {
-                    let error = match overflow {
-                        Some(o) => CommandError {
-                            kind: ErrorKind::ContextFull,
-                            message: context_full_message(o.prompt_tokens, o.context_window),
-                        },
-                        None => CommandError {
-                            kind: ErrorKind::Internal,
-                            message,
-                        },
-                    };
-                    let error = save_error.take().unwrap_or(error);
-                    if let Some(writer) = writer.take() {
-                        let _ = writer.finish(MessageStatus::Error, None, Some(&error.message));
-                    }
-                    *lock(&finished) = None;
-                    events.generation(&GenerationEvent::Error {
-                        generation_id,
-                        conversation_id,
-                        message_id,
-                        error,
-                    });
-                }
-            }
-        };
+        let mut recorder = AnswerRecorder::new(
+            writer,
+            conversation_id,
+            self.store.clone(),
+            self.events.clone(),
+            self.engine.canceller(),
+            settings.context_length,
+            move || *lock(&finished) = None,
+        );
+        let message_id = recorder.message_id().to_owned();
         // Registered before the engine can finish, so a fast answer cannot clear it first.
-        let generation_id = self.engine.generate(request, on_event)?;
+        let generation_id = self
+            .engine
+            .generate(request, move |event| recorder.on_event(event))?;
         *active = Some(Active {
             generation_id,
             conversation_id: conversation_id.to_owned(),
@@ -517,34 +424,9 @@ fn title_from(text: &str) -> String {
     }
 }
 
-fn stored_usage(usage: &engine::generate::Usage) -> chats::Usage {
-    use engine::generate::StopReason as Engine;
-    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-    chats::Usage {
-        prompt_tokens: count(usage.prompt_tokens),
-        reused_tokens: count(usage.reused_tokens),
-        generated_tokens: count(usage.generated_tokens),
-        time_to_first_token_ms: usage.time_to_first_token_ms,
-        prefill_tokens_per_second: usage.prefill_tokens_per_second,
-        decode_tokens_per_second: usage.decode_tokens_per_second,
-        stop_reason: match usage.stop_reason {
-            Engine::EndOfTurn => chats::StopReason::EndOfTurn,
-            Engine::MaxTokens => chats::StopReason::MaxTokens,
-            Engine::ContextFull => chats::StopReason::ContextFull,
-            Engine::Cancelled => chats::StopReason::Cancelled,
-        },
-    }
-}
-
 fn not_found(what: &'static str, id: &str) -> chats::Error {
     chats::Error::NotFound {
         what,
         id: id.to_owned(),
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -1,6 +1,7 @@
 //! Gemma Desk: the Tauri shell. It wires state, commands and window events; the logic lives in
 //! plain modules (and in the `engine` and `chats` crates) so tests reach it without a window.
 
+mod answer;
 mod attachments;
 mod chat;
 mod commands;
@@ -15,6 +16,7 @@ mod model_setup;
 mod settings;
 mod state;
 mod status;
+mod sync;
 
 #[cfg(test)]
 mod bindings;
@@ -25,7 +27,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use engine::models::HfCache;
+use model_store::HfCache;
 use tauri::webview::NewWindowResponse;
 use tauri::{AppHandle, DragDropEvent, Manager, RunEvent, WebviewWindowBuilder, WindowEvent};
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chats::Store;
-use engine::models::{self, DownloadProgress, HfCache, ModelCandidate};
+use model_store::{self as models, DownloadProgress, HfCache, ModelCandidate};
 use engine::worker::Engine;
 use gemma::LoadOptions;
 use serde::Serialize;

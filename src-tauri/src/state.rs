@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use chats::Store;
-use engine::models::HfCache;
+use model_store::HfCache;
 use engine::worker::Engine;
 
 use crate::attachments::Attachments;

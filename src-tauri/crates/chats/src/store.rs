@@ -28,7 +28,6 @@ const PREVIEW_CHARS: usize = 120;
 /// not block the rest of the app.
 pub struct Store {
     pub(crate) inner: Mutex<Inner>,
-    db_path: PathBuf,
     pub(crate) attachments_dir: PathBuf,
 }
 
@@ -76,7 +75,6 @@ impl Store {
                 conn,
                 unsent_files: HashSet::new(),
             }),
-            db_path,
             attachments_dir,
         })
     }
@@ -110,11 +108,6 @@ impl Store {
             }
         }
         Ok(folder)
-    }
-
-    /// Path of the SQLite file.
-    pub fn database_path(&self) -> &Path {
-        &self.db_path
     }
 
     /// Folder holding attachment files.

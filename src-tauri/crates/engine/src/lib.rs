@@ -1,11 +1,14 @@
-//! Prompting, sampling, generation and the model store. Knows nothing of windows.
+//! Prompting (chat template, tokenizer, image input), sampling and generation (the token
+//! stream under the generator, the engine thread). Knows nothing of windows or of where models
+//! come from (`model-store`).
 
+pub mod checkpoint;
 pub mod detokenize;
 pub mod generate;
 pub mod image;
 pub mod media;
-pub mod models;
 pub mod sampler;
+pub mod stream;
 pub mod template;
 pub mod tokenizer;
 pub mod worker;

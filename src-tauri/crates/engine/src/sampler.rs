@@ -14,7 +14,7 @@ use mlx_rs::ops::{argpartition_axis, cumsum, exp, logsumexp_axis, max_axis, sele
 use mlx_rs::{random, Array, Dtype};
 use serde::{Deserialize, Serialize};
 
-use crate::tokenizer::GENERATION_CONFIG_FILE;
+use crate::checkpoint::GENERATION_CONFIG_FILE;
 
 /// mlx-vlm clamps positive temperatures below this (a smaller one overflows the logits).
 pub const MIN_TEMPERATURE: f32 = 0.01;

@@ -11,14 +11,11 @@ use minijinja::value::Serde;
 use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
 use serde::Serialize;
 
+use crate::checkpoint::{TEMPLATE_FILE, TOKENIZER_CONFIG_FILE};
 use crate::tokenizer::{SpecialTokens, Tokenizer, CHANNEL_CLOSE, CHANNEL_OPEN};
 
 mod tojson;
 
-/// The chat template file of a checkpoint, preferred over tokenizer_config.json's string.
-pub const TEMPLATE_FILE: &str = "chat_template.jinja";
-/// Tokenizer settings: the token strings the template sees (`bos_token`, …).
-pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
 
 const TEMPLATE_NAME: &str = "chat_template";
 
@@ -264,16 +261,10 @@ impl ChatTemplate {
             }
         };
 
-        // HF passes the tokenizer's named special tokens (`bos_token`, `eos_token`, and in
-        // transformers 5 also model-specific ones like `image_token`) as template variables.
-        let mut tokens = Vec::new();
-        if let Some(serde_json::Value::Object(fields)) = &config {
-            for name in fields.keys().filter(|name| name.ends_with("_token")) {
-                if let Some(text) = token_string(&config_path, &fields[name], name)? {
-                    tokens.push((name.clone(), text));
-                }
-            }
-        }
+        let tokens = match &config {
+            Some(serde_json::Value::Object(fields)) => token_variables(&config_path, fields)?,
+            _ => Vec::new(),
+        };
         let template = Self::from_source(source, tokens, origin)?;
         template.check_usable(&config_path)?;
         Ok(template)
@@ -468,19 +459,63 @@ fn embedded_template(path: &Path, json: &serde_json::Value) -> Result<Option<Str
     }
 }
 
-/// A token string of tokenizer_config.json: either `"<bos>"` or `{"content": "<bos>", …}`.
-fn token_string(path: &Path, value: &serde_json::Value, field: &str) -> Result<Option<String>> {
+/// The special tokens transformers knows by name: a value of another shape under one of these
+/// is an error there too.
+const NAMED_SPECIAL_TOKENS: [&str; 7] = [
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+];
+
+/// The token strings tokenizer_config.json gives the template, read as transformers reads the
+/// file: HF passes the tokenizer's named special tokens (`bos_token`, `eos_token`, and in
+/// transformers 5 model-specific ones such as `image_token`, also under `extra_special_tokens`
+/// when that is a name → token object) as template variables. A token is a string or an
+/// `AddedToken` object with a `content` string. Switches such as `add_bos_token: false`, other
+/// fields and other shapes under unknown names are not tokens and are ignored, as transformers
+/// ignores them; a malformed value under one of the [`NAMED_SPECIAL_TOKENS`] is refused.
+fn token_variables(
+    path: &Path,
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<(String, String)>> {
+    let mut tokens = Vec::new();
+    let named = fields
+        .iter()
+        .filter(|(name, _)| name.ends_with("_token") && !name.starts_with("add_"));
+    for (name, value) in named {
+        match token_string(value) {
+            Some(text) => tokens.push((name.clone(), text)),
+            None if value.is_null() => {}
+            None if NAMED_SPECIAL_TOKENS.contains(&name.as_str()) => {
+                return Err(TemplateError::InvalidField {
+                    path: path.to_owned(),
+                    field: name.clone(),
+                    expected: "a string or an object with a `content` string",
+                })
+            }
+            None => {}
+        }
+    }
+    if let Some(serde_json::Value::Object(extra)) = fields.get("extra_special_tokens") {
+        for (name, value) in extra {
+            let known = tokens.iter().any(|(defined, _)| defined == name);
+            if let (Some(text), false) = (token_string(value), known) {
+                tokens.push((name.clone(), text));
+            }
+        }
+    }
+    Ok(tokens)
+}
+
+/// A token of tokenizer_config.json: `"<bos>"` or `{"content": "<bos>", …}`.
+fn token_string(value: &serde_json::Value) -> Option<String> {
     match value {
-        serde_json::Value::Null => Ok(None),
-        serde_json::Value::String(text) => Ok(Some(text.clone())),
-        object => match object.get("content").and_then(|c| c.as_str()) {
-            Some(text) => Ok(Some(text.to_owned())),
-            None => Err(TemplateError::InvalidField {
-                path: path.to_owned(),
-                field: field.to_owned(),
-                expected: "a string or an object with a `content` string",
-            }),
-        },
+        serde_json::Value::String(text) => Some(text.clone()),
+        object => object.get("content")?.as_str().map(str::to_owned),
     }
 }
 

@@ -10,12 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-/// The tokenizer file of a checkpoint folder.
-pub const TOKENIZER_FILE: &str = "tokenizer.json";
-/// The model config, holding the media and bos/pad ids.
-pub const CONFIG_FILE: &str = "config.json";
-/// Generation defaults, holding the stop ids and sampling defaults.
-pub const GENERATION_CONFIG_FILE: &str = "generation_config.json";
+use crate::checkpoint::{CONFIG_FILE, GENERATION_CONFIG_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE};
+
 
 /// Text of the turn-open marker (`<|turn>user\n…`).
 pub const TURN_OPEN: &str = "<|turn>";
@@ -405,7 +401,7 @@ impl SpecialTokens {
             generation.as_ref().map(|g| (generation_path.as_path(), g)),
             tokenizer,
         )?;
-        let tokenizer_config = dir.join(crate::template::TOKENIZER_CONFIG_FILE);
+        let tokenizer_config = dir.join(TOKENIZER_CONFIG_FILE);
         if tokenizer_config.exists() {
             check_bos_text(&tokenizer_config, specials.bos, tokenizer)?;
         }

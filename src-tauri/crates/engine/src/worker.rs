@@ -1,6 +1,7 @@
 //! The engine thread. MLX state stays on one thread; the app talks to it through channels:
 //! requests in, token / usage / error events out. Cancellation is a flag checked between tokens.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -9,14 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use gemma::{LoadOptions, Model};
-use serde::Serialize;
-
-use crate::generate::{generate, Delta, GenerateError, GenerateOptions, Images, Session, Usage};
+use crate::generate::{generate, Delta, GenerateError, GenerateOptions, Usage};
 use crate::image::Preprocessed;
 use crate::media::FeatureCache;
 use crate::sampler::SamplerConfig;
-use crate::template::expand_image_placeholders;
-use crate::template::{ChatTemplate, Message, RenderOptions, Role};
+use crate::stream::{Images, Session, TokenStream};
+use crate::template::{expand_image_placeholders, ChatTemplate, Message, RenderOptions, Role};
 use crate::tokenizer::{SpecialTokens, Tokenizer};
 
 /// Errors the engine reports (also inside events).
@@ -38,16 +37,10 @@ pub enum EngineError {
     Image(#[from] crate::image::ImageError),
 }
 
-/// Tokens of the warm-up's first message on this backend (see [`LoadedModel::warm_up_over`]).
-///
-/// On a GPU, a GEMM library picks its kernels by shape class, and the first use of a class
-/// loads them: measured on the H200 (bench, same process), a follow-up over a 2,069-token
-/// history took 30–35 ms the first time and 21 ms after, until the warm-up's follow-up attended
-/// a history of that order (first follow-up 21.4 ms; 24.7 with a 600-token history). The
-/// 2,048-token first message also warms the long-prompt shapes (a first 512-token prefill:
-/// 45 → 22 ms). Metal's GEMMs are also specialized per shape class and alignment, so
-/// the same warm-up is used there. On the CPU there is nothing of the kind to load, and
-/// prefilling 2k tokens would take minutes: a one-word message.
+/// Tokens of the warm-up's first message on this backend (see [`LoadedModel::warm_up_over`]):
+/// on a GPU the first use of a GEMM shape class loads its kernels, so the warm-up's follow-up
+/// attends a history of a real chat's length; on the CPU there is nothing of the kind to load.
+/// The measurements behind it are in `bench/results.md`.
 pub fn warm_up_history() -> usize {
     match mlx_sys::FLAVOR {
         "cpu" => 0,
@@ -55,13 +48,36 @@ pub fn warm_up_history() -> usize {
     }
 }
 
-/// A loaded model folder: weights, tokenizer, template and special ids.
+/// Projected features of this many recent images stay cached (see [`FeatureCache`]).
+const IMAGE_FEATURES_KEPT: usize = 16;
+
+/// A loaded model folder: weights, tokenizer, template and special ids, and the features of
+/// recently seen images.
 pub struct LoadedModel {
     pub dir: PathBuf,
     pub model: Model,
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
     pub specials: SpecialTokens,
+    features: RefCell<FeatureCache>,
+}
+
+/// A conversation ready for generation: its ids, each image placeholder already expanded to its
+/// soft-token run, and the images those runs stand for, in order.
+#[derive(Debug, Clone, Default)]
+pub struct Prompt {
+    pub ids: Vec<u32>,
+    pub images: Vec<Arc<Preprocessed>>,
+}
+
+impl Prompt {
+    /// A prompt given as ids, with no images (benchmarks and checks that plan their own ids).
+    pub fn from_ids(ids: Vec<u32>) -> Self {
+        Self {
+            ids,
+            images: Vec::new(),
+        }
+    }
 }
 
 impl LoadedModel {
@@ -77,17 +93,103 @@ impl LoadedModel {
             tokenizer,
             template,
             specials,
+            features: RefCell::new(FeatureCache::new(IMAGE_FEATURES_KEPT)),
         })
     }
 
+    /// The one way a conversation becomes ids: the checkpoint's template renders it, and
+    /// control-token text that a person, a file or the model wrote inside a message stays text
+    /// (see [`ChatTemplate::prompt_ids`]); then each image placeholder the template wrote is
+    /// expanded to the soft-token run of its image (`images` in the order of the messages'
+    /// `Part::Image` items).
+    pub fn prompt(
+        &self,
+        messages: &[Message],
+        thinking: bool,
+        images: &[Arc<Preprocessed>],
+    ) -> Result<Prompt, EngineError> {
+        let options = RenderOptions {
+            add_generation_prompt: true,
+            enable_thinking: thinking,
+        };
+        let ids = self
+            .template
+            .prompt_ids(&self.tokenizer, messages, options)?;
+        let counts: Vec<usize> = images.iter().map(|i| i.soft_tokens).collect();
+        Ok(Prompt {
+            ids: expand_image_placeholders(&ids, &counts, &self.specials)?,
+            images: images.to_vec(),
+        })
+    }
+
+    /// The ids answering `prompt`, one at a time: the session's cache is reused for the shared
+    /// prefix, the rest prefilled with the images bound to their runs (their features computed
+    /// once per image content). `cancel` is read between prefill chunks and between tokens.
+    pub fn token_stream<'a>(
+        &'a self,
+        session: &'a mut Session,
+        prompt: &Prompt,
+        options: &GenerateOptions,
+        cancel: &'a AtomicBool,
+    ) -> Result<TokenStream<'a>, EngineError> {
+        let model = &self.model;
+        let images = &prompt.images;
+        let mut cache = self.features.borrow_mut();
+        let mut features = |k: usize| -> crate::generate::Result<mlx_rs::Array> {
+            let image = images.get(k).ok_or(GenerateError::ImageCount {
+                expected: images.len(),
+                found: k + 1,
+            })?;
+            cache.features(model, image)
+        };
+        let mut bound = match self.specials.image {
+            Some(tokens) if !images.is_empty() => Some(Images {
+                token_id: tokens.placeholder,
+                count: images.len(),
+                features: &mut features,
+            }),
+            _ => None,
+        };
+        Ok(TokenStream::start(
+            model,
+            session,
+            &prompt.ids,
+            bound.as_mut(),
+            options,
+            cancel,
+        )?)
+    }
+
+    /// Answers `prompt`: the token stream under the generator (text deltas through `on_delta`,
+    /// stop ids, limits, usage). What the app, the CLI, the warm-up and the bench all run.
+    pub fn generate(
+        &self,
+        session: &mut Session,
+        prompt: &Prompt,
+        options: &GenerateOptions,
+        cancel: &AtomicBool,
+        on_delta: impl FnMut(Delta),
+    ) -> Result<Usage, EngineError> {
+        let stream = self.token_stream(session, prompt, options, cancel)?;
+        Ok(generate(stream, &self.tokenizer, &self.specials, on_delta)?)
+    }
+
+    /// Forgets the cached image features, so that the next question about an image runs the
+    /// vision tower again (the bench times a first question about an image).
+    pub fn forget_image_features(&self) {
+        *self.features.borrow_mut() = FeatureCache::new(IMAGE_FEATURES_KEPT);
+    }
+
+    /// How many times the vision tower has run (images asked about again reuse its features).
+    pub fn vision_tower_runs(&self) -> usize {
+        self.features.borrow().tower_runs()
+    }
+
     /// Runs a two-turn chat of two tokens per answer and throws it away, so that the user's
-    /// first messages do not pay the backend's one-time work: kernels loaded or compiled on
-    /// first use (MLX's fused kernels, Metal pipeline states, CUDA modules and cuBLAS plans),
-    /// the compiled elementwise traces, and the allocator's first buffers. It covers the three
-    /// shapes a chat meets: a prefill from empty caches, decode steps, and a follow-up prefill
-    /// over a cached history, of [`warm_up_history`] tokens on this backend. Measured on the
-    /// H200 (bench): a length's first prefill costs 6–65 ms more than its next. Leaves no state
-    /// behind: the session is dropped.
+    /// first messages do not pay the backend's one-time work (kernels loaded or compiled on
+    /// first use, compiled elementwise traces, the allocator's first buffers). It covers the
+    /// three shapes a chat meets: a prefill from empty caches, decode steps, and a follow-up
+    /// prefill over a cached history of [`warm_up_history`] tokens. Leaves no state behind.
     pub fn warm_up(&self) -> Result<(), EngineError> {
         self.warm_up_over(warm_up_history(), &AtomicBool::new(false))
             .map(|_| ())
@@ -104,19 +206,11 @@ impl LoadedModel {
         };
         let mut session = Session::new(&self.model);
         let mut turn = |messages: &[Message]| -> Result<String, EngineError> {
-            let ids = self.prompt_ids(messages, false)?;
+            let prompt = self.prompt(messages, false, &[])?;
             let mut answer = Vec::new();
-            generate(
-                &self.model,
-                &mut session,
-                &ids,
-                None,
-                &self.tokenizer,
-                &self.specials,
-                &options,
-                stop,
-                |d| answer.extend(d.token),
-            )?;
+            self.generate(&mut session, &prompt, &options, stop, |d| {
+                answer.extend(d.token)
+            })?;
             Ok(self.tokenizer.decode(&answer, true)?)
         };
         let unit = "Hello! ";
@@ -131,81 +225,6 @@ impl LoadedModel {
         messages.push(Message::text(Role::User, "Thanks. And then?"));
         turn(&messages)?;
         Ok(!stop.load(Ordering::Relaxed))
-    }
-
-    /// Renders and tokenizes a conversation, ready for generation.
-    pub fn prompt_ids(
-        &self,
-        messages: &[Message],
-        thinking: bool,
-    ) -> Result<Vec<u32>, EngineError> {
-        let text = self.template.render(
-            messages,
-            RenderOptions {
-                add_generation_prompt: true,
-                enable_thinking: thinking,
-            },
-        )?;
-        Ok(self.tokenizer.encode(&text)?)
-    }
-
-    /// Like [`Self::prompt_ids`], with each image placeholder expanded to its soft-token run
-    /// (`images` in the order their `Part::Image` items appear).
-    pub fn prompt_ids_with_images(
-        &self,
-        messages: &[Message],
-        thinking: bool,
-        images: &[Arc<Preprocessed>],
-    ) -> Result<Vec<u32>, EngineError> {
-        let ids = self.prompt_ids(messages, thinking)?;
-        let counts: Vec<usize> = images.iter().map(|i| i.soft_tokens).collect();
-        Ok(expand_image_placeholders(&ids, &counts, &self.specials)?)
-    }
-
-    /// Generates with `images` bound to the prompt's placeholder runs through `cache`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn generate_with_images(
-        &self,
-        session: &mut Session,
-        prompt: &[u32],
-        images: &[Arc<Preprocessed>],
-        cache: &mut FeatureCache,
-        options: &GenerateOptions,
-        cancel: &AtomicBool,
-        on_delta: impl FnMut(Delta),
-    ) -> Result<Usage, EngineError> {
-        let model = &self.model;
-        let mut features = |k: usize| -> crate::generate::Result<mlx_rs::Array> {
-            let image = images
-                .get(k)
-                .ok_or(crate::generate::GenerateError::ImageCount {
-                    expected: images.len(),
-                    found: k + 1,
-                })?;
-            cache.features(model, image)
-        };
-        let token_id = self.specials.image.map(|t| t.placeholder);
-        let mut bound = token_id.map(|token_id| Images {
-            token_id,
-            count: images.len(),
-            features: &mut features,
-        });
-        let images_arg = if images.is_empty() {
-            None
-        } else {
-            bound.as_mut()
-        };
-        Ok(generate(
-            model,
-            session,
-            prompt,
-            images_arg,
-            &self.tokenizer,
-            &self.specials,
-            options,
-            cancel,
-            on_delta,
-        )?)
     }
 }
 
@@ -229,32 +248,19 @@ pub struct ChatRequest {
 }
 
 /// What the engine streams about one generation.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "type", rename_all = "camelCase")]
+#[derive(Debug)]
 pub enum Event {
-    #[serde(rename_all = "camelCase")]
     Delta {
         generation_id: u64,
         delta: String,
         token_count: usize,
     },
-    #[serde(rename_all = "camelCase")]
     Done { generation_id: u64, usage: Usage },
-    #[serde(rename_all = "camelCase")]
+    /// The generation failed; nothing more comes for it.
     Error {
         generation_id: u64,
-        message: String,
-        /// Set when the prompt did not fit the context window.
-        overflow: Option<ContextOverflow>,
+        error: EngineError,
     },
-}
-
-/// A prompt that does not fit the context window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ContextOverflow {
-    pub prompt_tokens: usize,
-    pub context_window: usize,
 }
 
 enum Command {
@@ -426,7 +432,6 @@ fn run(
     let mut loaded: Option<LoadedModel> = None;
     // One conversation's cache is kept: enough for follow-ups, bounded memory.
     let mut session: Option<(String, Session)> = None;
-    let mut features = FeatureCache::new(16);
     while let Ok(command) = inbox.recv() {
         queue.taken();
         match command {
@@ -438,7 +443,6 @@ fn run(
             } => {
                 session = None;
                 loaded = None;
-                features = FeatureCache::new(16);
                 let result = LoadedModel::load(&dir, &options).map(|m| {
                     let info = ModelInfo {
                         vision: m.model.vision().is_some() && m.specials.image.is_some(),
@@ -468,7 +472,6 @@ fn run(
                 let result = answer(
                     loaded.as_ref(),
                     &mut session,
-                    &mut features,
                     id,
                     &request,
                     &cancel,
@@ -479,19 +482,9 @@ fn run(
                         generation_id: id,
                         usage,
                     }),
-                    Err(e) => events(Event::Error {
+                    Err(error) => events(Event::Error {
                         generation_id: id,
-                        overflow: match e {
-                            EngineError::Generate(GenerateError::PromptTooLong {
-                                prompt,
-                                context,
-                            }) => Some(ContextOverflow {
-                                prompt_tokens: prompt,
-                                context_window: context,
-                            }),
-                            _ => None,
-                        },
-                        message: e.to_string(),
+                        error,
                     }),
                 }
                 if let Ok(mut r) = running.lock() {
@@ -505,35 +498,26 @@ fn run(
 fn answer(
     loaded: Option<&LoadedModel>,
     session: &mut Option<(String, Session)>,
-    features: &mut FeatureCache,
     id: u64,
     request: &ChatRequest,
     cancel: &AtomicBool,
     events: &mut Box<dyn FnMut(Event) + Send>,
 ) -> Result<Usage, EngineError> {
     let m = loaded.ok_or(EngineError::NoModel)?;
-    let prompt = m.prompt_ids_with_images(&request.messages, request.thinking, &request.images)?;
+    let prompt = m.prompt(&request.messages, request.thinking, &request.images)?;
     let mut current = match session.take() {
         Some((conversation, s)) if conversation == request.conversation => s,
         _ => Session::new(&m.model),
     };
     let mut count = 0;
-    let result = m.generate_with_images(
-        &mut current,
-        &prompt,
-        &request.images,
-        features,
-        &request.options,
-        cancel,
-        |d| {
-            count += 1;
-            events(Event::Delta {
-                generation_id: id,
-                delta: d.text,
-                token_count: count,
-            });
-        },
-    );
+    let result = m.generate(&mut current, &prompt, &request.options, cancel, |d| {
+        count += 1;
+        events(Event::Delta {
+            generation_id: id,
+            delta: d.text,
+            token_count: count,
+        });
+    });
     *session = Some((request.conversation.clone(), current));
     result
 }

@@ -3,6 +3,9 @@
 //! must fail — no panic, no hang — with a message naming the file and what is wrong in it.
 //! (`gemma/tests/loader.rs` checks the loader's tensor report in finer detail.)
 
+mod common;
+use common::fixture;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -11,21 +14,6 @@ use std::time::Duration;
 use engine::worker::LoadedModel;
 use gemma::LoadOptions;
 use serde_json::{json, Value};
-
-fn fixture() -> PathBuf {
-    let root = std::env::var_os("GEMMA_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures")
-        });
-    let dir = root.join("tiny");
-    assert!(
-        dir.join("config.json").exists(),
-        "fixture {} missing: run `make fixtures`",
-        dir.display()
-    );
-    dir
-}
 
 fn copy_of_fixture() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();

@@ -7,88 +7,10 @@ use engine::image::{
 };
 use image::{ExtendedColorType, ImageEncoder};
 
+mod common;
+use common::png::{png, raw_png, rgb_png};
+
 const T280: SoftTokenBudget = SoftTokenBudget::T280;
-
-fn encode_png(width: u32, height: u32, color: ExtendedColorType, data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    image::codecs::png::PngEncoder::new(&mut out)
-        .write_image(data, width, height, color)
-        .unwrap();
-    out
-}
-
-fn solid_rgb_png(width: u32, height: u32, rgb: [u8; 3]) -> Vec<u8> {
-    encode_png(
-        width,
-        height,
-        ExtendedColorType::Rgb8,
-        &rgb.repeat((width * height) as usize),
-    )
-}
-
-/// A PNG written chunk by chunk, for headers and layouts the encoder will not produce.
-fn raw_png(
-    width: u32,
-    height: u32,
-    bit_depth: u8,
-    color_type: u8,
-    chunks: &[(&[u8; 4], Vec<u8>)],
-    rows: &[u8],
-) -> Vec<u8> {
-    fn crc32(bytes: &[u8]) -> u32 {
-        let mut crc = !0u32;
-        for &b in bytes {
-            crc ^= u32::from(b);
-            for _ in 0..8 {
-                crc = if crc & 1 == 1 {
-                    (crc >> 1) ^ 0xEDB8_8320
-                } else {
-                    crc >> 1
-                };
-            }
-        }
-        !crc
-    }
-    fn chunk(out: &mut Vec<u8>, kind: &[u8; 4], body: &[u8]) {
-        out.extend((body.len() as u32).to_be_bytes());
-        let start = out.len();
-        out.extend(kind);
-        out.extend(body);
-        let crc = crc32(&out[start..]);
-        out.extend(crc.to_be_bytes());
-    }
-    // zlib with stored (uncompressed) deflate blocks.
-    let mut zlib = vec![0x78, 0x01];
-    let blocks: Vec<&[u8]> = if rows.is_empty() {
-        vec![&[]]
-    } else {
-        rows.chunks(65_535).collect()
-    };
-    for (i, block) in blocks.iter().enumerate() {
-        zlib.push(u8::from(i + 1 == blocks.len()));
-        let len = block.len() as u16;
-        zlib.extend(len.to_le_bytes());
-        zlib.extend((!len).to_le_bytes());
-        zlib.extend(*block);
-    }
-    let (mut a, mut b) = (1u32, 0u32);
-    for &byte in rows {
-        a = (a + u32::from(byte)) % 65_521;
-        b = (b + a) % 65_521;
-    }
-    zlib.extend(((b << 16) | a).to_be_bytes());
-
-    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
-    let mut header = [width.to_be_bytes(), height.to_be_bytes()].concat();
-    header.extend([bit_depth, color_type, 0, 0, 0]);
-    chunk(&mut out, b"IHDR", &header);
-    for (kind, body) in chunks {
-        chunk(&mut out, kind, body);
-    }
-    chunk(&mut out, b"IDAT", &zlib);
-    chunk(&mut out, b"IEND", &[]);
-    out
-}
 
 fn jpeg(width: usize, height: usize, format: turbojpeg::PixelFormat, pixels: &[u8]) -> Vec<u8> {
     let mut compressor = turbojpeg::Compressor::new().unwrap();
@@ -146,7 +68,7 @@ fn an_empty_file_is_refused() {
 
 #[test]
 fn a_truncated_png_is_corrupt() {
-    let png = solid_rgb_png(64, 64, [10, 20, 30]);
+    let png = rgb_png(64, 64, [10, 20, 30]);
     let cut = &png[..png.len() - 30];
     let error = preprocess_bytes(cut, T280).unwrap_err();
     assert!(
@@ -245,7 +167,7 @@ fn a_jpeg_bomb_is_refused_from_its_header() {
 #[test]
 fn a_sliver_longer_than_the_side_limit_is_refused() {
     for length in [MAX_SIDE + 1, 50_000] {
-        let sliver = solid_rgb_png(length, 1, [1, 2, 3]);
+        let sliver = rgb_png(length, 1, [1, 2, 3]);
         let error = preprocess_bytes(&sliver, T280).unwrap_err();
         assert!(
             matches!(error, ImageError::TooLarge { width, height: 1 } if width == length),
@@ -256,14 +178,14 @@ fn a_sliver_longer_than_the_side_limit_is_refused() {
 
 #[test]
 fn slivers_fill_one_row_of_tokens() {
-    let wide = preprocess_bytes(&solid_rgb_png(5000, 1, [9, 99, 199]), T280).unwrap();
+    let wide = preprocess_bytes(&rgb_png(5000, 1, [9, 99, 199]), T280).unwrap();
     assert_eq!(
         (wide.height, wide.width, wide.soft_tokens),
         (48, 13_440, 280)
     );
     assert_near(pixel(&wide, 13_439, 47), [9.0, 99.0, 199.0], 1e-3);
 
-    let tall = preprocess_bytes(&solid_rgb_png(1, 5000, [9, 99, 199]), T280).unwrap();
+    let tall = preprocess_bytes(&rgb_png(1, 5000, [9, 99, 199]), T280).unwrap();
     assert_eq!(
         (tall.height, tall.width, tall.soft_tokens),
         (13_440, 48, 280)
@@ -273,7 +195,7 @@ fn slivers_fill_one_row_of_tokens() {
 
 #[test]
 fn the_budget_sets_the_grid() {
-    let png = solid_rgb_png(1920, 1080, [50, 60, 70]);
+    let png = rgb_png(1920, 1080, [50, 60, 70]);
     let sizes: Vec<_> = SoftTokenBudget::ALL
         .into_iter()
         .map(|budget| {
@@ -296,7 +218,7 @@ fn the_budget_sets_the_grid() {
 fn the_extension_does_not_matter() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("photo.jpg");
-    std::fs::write(&path, solid_rgb_png(30, 20, [255, 0, 0])).unwrap();
+    std::fs::write(&path, rgb_png(30, 20, [255, 0, 0])).unwrap();
     let image = preprocess_path(&path, T280).unwrap();
     assert_eq!((image.height, image.width), (624, 960));
     assert_near(pixel(&image, 0, 0), [255.0, 0.0, 0.0], 1e-3);
@@ -319,7 +241,7 @@ fn transparency_is_flattened_onto_white() {
         ([0, 0, 0, 128], 127.0),
         ([90, 90, 90, 255], 90.0),
     ] {
-        let png = encode_png(30, 20, ExtendedColorType::Rgba8, &rgba.repeat(600));
+        let png = png(30, 20, ExtendedColorType::Rgba8, &rgba.repeat(600));
         let image = preprocess_bytes(&png, T280).unwrap();
         assert!(
             image
@@ -422,7 +344,7 @@ fn an_animated_gif_shows_its_first_frame() {
 #[test]
 fn the_hash_follows_content_not_container() {
     let rgb: Vec<u8> = (0..30 * 20 * 3).map(|i| (i % 256) as u8).collect();
-    let png = encode_png(30, 20, ExtendedColorType::Rgb8, &rgb);
+    let png = png(30, 20, ExtendedColorType::Rgb8, &rgb);
     let mut bmp = Vec::new();
     image::codecs::bmp::BmpEncoder::new(&mut bmp)
         .write_image(&rgb, 30, 20, ExtendedColorType::Rgb8)
@@ -437,7 +359,7 @@ fn the_hash_follows_content_not_container() {
     );
     assert_ne!(
         from_png.hash,
-        preprocess_bytes(&solid_rgb_png(30, 20, [0; 3]), T280)
+        preprocess_bytes(&rgb_png(30, 20, [0; 3]), T280)
             .unwrap()
             .hash
     );

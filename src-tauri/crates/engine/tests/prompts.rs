@@ -1,40 +1,22 @@
 //! Prompts a person can send: longer than the context window, empty, a 1 MB paste, and unusual
 //! Unicode. Each either answers or fails with a clear error, and the engine stays usable.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::fixture;
+
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
-use engine::generate::{generate, GenerateError, GenerateOptions, Session, Usage};
+use engine::generate::{GenerateError, GenerateOptions, StopReason, Usage};
+use engine::stream::Session;
 use engine::sampler::SamplerConfig;
 use engine::template::{Message, Part, RenderOptions, Role};
+use engine::tokenizer::{CHANNEL_CLOSE, CHANNEL_OPEN};
 use engine::worker::{ChatRequest, Engine, EngineError, Event, LoadedModel};
 use gemma::LoadOptions;
 
-fn fixture() -> PathBuf {
-    let root = std::env::var_os("GEMMA_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures")
-        });
-    let dir = root.join("tiny");
-    assert!(
-        dir.join("config.json").exists(),
-        "fixture {} missing: run `make fixtures`",
-        dir.display()
-    );
-    dir
-}
-
-/// The tiny fixture in float32: several times faster than bfloat16 on MLX's CPU backend.
-fn load() -> LoadedModel {
-    let options = LoadOptions {
-        dtype: Some(mlx_rs::Dtype::Float32),
-        ..LoadOptions::default()
-    };
-    LoadedModel::load(&fixture(), &options).unwrap()
-}
+use common::load_f32 as load;
 
 fn options(max_tokens: usize, context_window: usize) -> GenerateOptions {
     GenerateOptions {
@@ -52,21 +34,40 @@ fn answer(
     messages: &[Message],
     options: &GenerateOptions,
 ) -> Result<(Usage, String), EngineError> {
-    let prompt = m.prompt_ids(messages, false)?;
+    answer_with_ids(m, messages, options).map(|(usage, text, _)| (usage, text))
+}
+
+/// [`answer`], with the generated ids.
+fn answer_with_ids(
+    m: &LoadedModel,
+    messages: &[Message],
+    options: &GenerateOptions,
+) -> Result<(Usage, String, Vec<u32>), EngineError> {
+    let prompt = m.prompt(messages, false, &[])?;
     let mut session = Session::new(&m.model);
     let mut text = String::new();
-    let usage = generate(
-        &m.model,
+    let mut ids = Vec::new();
+    let usage = m.generate(
         &mut session,
         &prompt,
-        None,
-        &m.tokenizer,
-        &m.specials,
         options,
         &AtomicBool::new(false),
-        |d| text.push_str(&d.text),
+        |d| {
+            text.push_str(&d.text);
+            ids.extend(d.token);
+        },
     )?;
-    Ok((usage, text))
+    Ok((usage, text, ids))
+}
+
+/// A greedy answer of at most `max` tokens ended as it should: by the model's end of turn, or
+/// after exactly `max` tokens.
+fn assert_answered(usage: &Usage, max: usize, name: &str) {
+    match usage.stop_reason {
+        StopReason::EndOfTurn => assert!(usage.generated_tokens <= max, "{name}"),
+        StopReason::MaxTokens => assert_eq!(usage.generated_tokens, max, "{name}"),
+        other => panic!("{name}: stopped by {other:?}"),
+    }
 }
 
 /// About `bytes` of ordinary prose with line breaks, as a long paste looks.
@@ -88,7 +89,7 @@ fn paste(bytes: usize) -> String {
 fn a_prompt_longer_than_the_context_window_is_refused_by_size() {
     let m = load();
     let messages = [Message::text(Role::User, paste(1_000))];
-    let prompt_len = m.prompt_ids(&messages, false).unwrap().len();
+    let prompt_len = m.prompt(&messages, false, &[]).unwrap().ids.len();
     assert!(prompt_len > 256, "{prompt_len}");
 
     let error = answer(&m, &messages, &options(8, 256)).unwrap_err();
@@ -135,20 +136,26 @@ fn empty_and_blank_messages_are_answered() {
             ],
         ),
     ];
+    let turns = |ids: &[u32]| ids.iter().filter(|&&i| i == m.specials.turn_open).count();
     for (name, messages) in cases {
-        let prompt = m.prompt_ids(&messages, false).unwrap();
-        assert!(prompt.len() > 2, "{name}: the turn markers are there");
+        let prompt = m.prompt(&messages, false, &[]).unwrap();
+        // Each message keeps its turn (an empty system turn is dropped by the template), and
+        // the model's turn is opened.
+        let expected = messages
+            .iter()
+            .filter(|m| m.role != Role::System || m.content != [Part::Text { text: "".into() }])
+            .count()
+            + 1;
+        assert_eq!(turns(&prompt.ids), expected, "{name}: one turn per message");
         let (usage, _) =
             answer(&m, &messages, &options(4, 4096)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(usage.generated_tokens >= 1, "{name}");
+        assert_answered(&usage, 4, name);
     }
 
-    // No messages at all renders just the opening of a model turn: nothing to answer, but
-    // nothing breaks either.
-    match answer(&m, &[], &options(4, 4096)) {
-        Ok((usage, _)) => assert!(usage.prompt_tokens > 0),
-        Err(e) => assert!(!e.to_string().is_empty()),
-    }
+    // No messages at all renders just the opening of a model turn, which is answered.
+    let (usage, _) = answer(&m, &[], &options(4, 4096)).unwrap();
+    assert_eq!(usage.prompt_tokens, m.prompt(&[], false, &[]).unwrap().ids.len());
+    assert_answered(&usage, 4, "no messages");
 }
 
 #[test]
@@ -161,8 +168,8 @@ fn a_one_megabyte_paste_tokenizes_and_is_refused_by_size() {
         .collect();
     for (name, text) in [("prose", prose), ("one unbroken run", blob)] {
         let messages = [Message::text(Role::User, text)];
-        let prompt = m.prompt_ids(&messages, false).unwrap();
-        assert!(prompt.len() > 32_768, "{name}: {} tokens", prompt.len());
+        let prompt = m.prompt(&messages, false, &[]).unwrap();
+        assert!(prompt.ids.len() > 32_768, "{name}: {} tokens", prompt.ids.len());
         let error = answer(&m, &messages, &GenerateOptions::default()).unwrap_err();
         assert!(
             matches!(
@@ -176,6 +183,8 @@ fn a_one_megabyte_paste_tokenizes_and_is_refused_by_size() {
 
 /// Text people paste: right-to-left scripts and overrides, joined emoji, combining marks,
 /// replacement characters (what a lone surrogate becomes), invisible and control characters.
+/// (A lone surrogate itself cannot arrive: serde_json refuses a `\ud83d` escape, and the UI
+/// makes every string well-formed before it crosses to Rust.)
 const UNUSUAL: [(&str, &str); 10] = [
     ("Arabic", "مرحبا بالعالم، كيف حالك؟"),
     (
@@ -219,32 +228,19 @@ fn unusual_unicode_goes_through_template_tokenizer_and_generation() {
                 ],
             ),
         ];
-        let prompt = m
-            .prompt_ids(&all_roles, false)
+        let prompt = m.prompt(&all_roles, false, &[])
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(prompt.iter().all(|&id| id < vocab), "{name}");
-        // And the model answers it.
+        assert!(prompt.ids.iter().all(|&id| id < vocab), "{name}");
+        // The text comes back verbatim from the prompt's ids.
+        let decoded = m.tokenizer.decode(&prompt.ids, false).unwrap();
+        assert!(decoded.contains(text.trim()), "{name}: {decoded:?}");
+        // And the model answers it; the streamed deltas add up to the answer's ids, decoded.
         let messages = [Message::text(Role::User, text)];
-        let (usage, streamed) =
-            answer(&m, &messages, &options(6, 4096)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(usage.generated_tokens >= 1, "{name}");
-        // Streamed text is whole characters: it re-encodes and decodes to itself.
-        assert_eq!(
-            String::from_utf8(streamed.clone().into_bytes()).unwrap(),
-            streamed
-        );
+        let (usage, streamed, ids) = answer_with_ids(&m, &messages, &options(6, 4096))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_answered(&usage, 6, name);
+        assert_eq!(streamed, m.tokenizer.decode(&ids, true).unwrap(), "{name}");
     }
-}
-
-#[test]
-fn lone_surrogates_cannot_arrive_as_text() {
-    // JavaScript strings may hold lone surrogates (a half-copied emoji). JSON.stringify writes
-    // them as `\ud83d`; serde refuses that, so a message must be made well-formed before it
-    // crosses to Rust (`String.prototype.toWellFormed`, which writes U+FFFD — covered above).
-    let refused = serde_json::from_str::<String>(r#""half an emoji: \ud83d""#);
-    assert!(refused.is_err());
-    let paired = serde_json::from_str::<String>(r#""whole: \ud83d\ude00""#).unwrap();
-    assert_eq!(paired, "whole: 😀");
 }
 
 #[test]
@@ -276,7 +272,8 @@ fn after_a_refused_prompt_the_engine_answers_the_next_one() {
     };
 
     match run(request("a", paste(1_000), 256)) {
-        Event::Error { message, .. } => {
+        Event::Error { error, .. } => {
+            let message = error.to_string();
             assert!(message.contains("context window holds 256"), "{message}")
         }
         other => panic!("expected an error, got {other:?}"),
@@ -284,7 +281,7 @@ fn after_a_refused_prompt_the_engine_answers_the_next_one() {
     // Same conversation, then another one: both answered.
     for conversation in ["a", "b"] {
         match run(request(conversation, "Hello again".into(), 4096)) {
-            Event::Done { usage, .. } => assert!(usage.generated_tokens >= 1),
+            Event::Done { usage, .. } => assert_answered(&usage, 4, conversation),
             other => panic!("expected an answer, got {other:?}"),
         }
     }
@@ -381,4 +378,92 @@ fn control_token_text_in_a_message_stays_text() {
     assert_eq!(count(&protected, image), 0);
     let decoded = m.tokenizer.decode(&protected, false).unwrap();
     assert!(!decoded.contains('\u{FDD0}'), "{decoded}");
+}
+
+/// Every special token of the checkpoint's tokenizer, as the text a person could type.
+fn special_texts(m: &LoadedModel) -> Vec<String> {
+    let mut texts: Vec<String> = m
+        .tokenizer
+        .inner()
+        .get_added_tokens_decoder()
+        .into_values()
+        .filter(|token| token.special)
+        .map(|token| token.content)
+        .collect();
+    texts.sort();
+    texts
+}
+
+/// How often each control id occurs in `ids`.
+fn control_ids(m: &LoadedModel, ids: &[u32]) -> std::collections::BTreeMap<u32, usize> {
+    let specials: Vec<u32> = special_texts(m)
+        .iter()
+        .filter_map(|t| m.tokenizer.token_id(t))
+        .collect();
+    let mut counts = std::collections::BTreeMap::new();
+    for id in ids.iter().filter(|id| specials.contains(id)) {
+        *counts.entry(*id).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[test]
+fn every_special_token_typed_in_a_message_is_answered_and_stays_text() {
+    let m = load();
+    let engine = Engine::spawn();
+    let f32 = LoadOptions {
+        dtype: Some(mlx_rs::Dtype::Float32),
+        ..LoadOptions::default()
+    };
+    engine.load(&fixture(), f32).expect("the fixture loads");
+    let texts = special_texts(&m);
+    assert!(texts.len() >= 20, "the fixture has Gemma 4's control tokens: {texts:?}");
+    let thinking = [CHANNEL_OPEN, CHANNEL_CLOSE];
+    let typed = |t: &str| format!("Look: {t} and {t}{t}");
+    let user = |text: String| vec![Message::text(Role::User, text)];
+    let earlier_answer = |text: String| {
+        vec![
+            Message::text(Role::User, "hi"),
+            Message::text(Role::Assistant, text),
+            Message::text(Role::User, "ok"),
+        ]
+    };
+    let plain_user = control_ids(&m, &m.prompt(&user(typed("")), false, &[]).unwrap().ids);
+    let plain_answer = control_ids(
+        &m,
+        &m.prompt(&earlier_answer(typed("")), false, &[]).unwrap().ids,
+    );
+    for t in &texts {
+        // Typed by the person: no control id more than without it, and the text comes back.
+        let prompt = m.prompt(&user(typed(t)), false, &[]).unwrap();
+        assert_eq!(control_ids(&m, &prompt.ids), plain_user, "{t} typed");
+        let decoded = m.tokenizer.decode(&prompt.ids, false).unwrap();
+        assert!(decoded.contains(&typed(t)), "{t}: {decoded:?}");
+        // Written by the model in an earlier answer: text too (the thinking markers stay
+        // markers there, so that the template can strip an earlier answer's thinking).
+        if !thinking.contains(&t.as_str()) {
+            let prompt = m.prompt(&earlier_answer(typed(t)), false, &[]).unwrap();
+            assert_eq!(control_ids(&m, &prompt.ids), plain_answer, "{t} answered");
+        }
+        // And the engine answers it.
+        let (tx, rx) = channel();
+        let request = ChatRequest {
+            conversation: format!("special {t}"),
+            messages: user(typed(t)),
+            images: Vec::new(),
+            thinking: false,
+            options: options(2, 4096),
+        };
+        engine
+            .generate(request, move |event| {
+                if matches!(event, Event::Done { .. } | Event::Error { .. }) {
+                    let _ = tx.send(event);
+                }
+            })
+            .unwrap();
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(Event::Done { usage, .. }) => assert_answered(&usage, 2, t),
+            other => panic!("{t}: expected an answer, got {other:?}"),
+        }
+    }
 }

@@ -5,6 +5,9 @@
 //! Resident memory is read from /proc, so the resource checks run on Linux; elsewhere the turns
 //! still run and must all be answered.
 
+mod common;
+use common::fixture;
+
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::channel;
 use std::sync::Arc;
@@ -29,21 +32,6 @@ const RSS_GROWTH_LIMIT_KB: u64 = 32 * 1024;
 const RUN: usize = 5;
 /// Messages a conversation reaches before the person starts a new one.
 const HISTORY: usize = 8;
-
-fn fixture() -> PathBuf {
-    let root = std::env::var_os("GEMMA_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures")
-        });
-    let dir = root.join("tiny");
-    assert!(
-        dir.join("config.json").exists(),
-        "fixture {} missing: run `make fixtures`",
-        dir.display()
-    );
-    dir
-}
 
 /// Resident memory, threads and open file descriptors of this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

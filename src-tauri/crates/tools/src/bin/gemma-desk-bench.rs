@@ -17,14 +17,13 @@ use clap::{Parser, ValueEnum};
 use serde::Deserialize;
 use serde_json::json;
 
-use engine::generate::{eval_with_caches, generate, GenerateOptions, Session};
+use engine::generate::GenerateOptions;
 use engine::image::{preprocess_path, SoftTokenBudget};
-use engine::media::FeatureCache;
 use engine::sampler::{Sampler, SamplerConfig};
+use engine::stream::{eval_with_caches, Session};
 use engine::template::{Message, Part, Role};
-use engine::worker::LoadedModel;
+use engine::worker::{LoadedModel, Prompt};
 use gemma::LoadOptions;
-use mlx_rs::transforms::async_eval;
 use mlx_rs::{Array, Dtype};
 
 #[derive(Parser)]
@@ -158,30 +157,24 @@ impl Bench {
             times: Vec::new(),
             reused: 0,
         };
-        let m = &self.loaded;
-        let usage = generate(
-            &m.model,
-            session,
-            ids,
-            None,
-            &m.tokenizer,
-            &m.specials,
-            &options,
-            &cancel,
-            |delta| {
+        let prompt = Prompt::from_ids(ids.to_vec());
+        let usage = self
+            .loaded
+            .generate(session, &prompt, &options, &cancel, |delta| {
                 if let Some(id) = delta.token {
                     timed.times.push(start.elapsed().as_secs_f64());
                     timed.ids.push(id);
                 }
-            },
-        )?;
+            })?;
         timed.reused = usage.reused_tokens;
         Ok(timed)
     }
 
-    /// From the request (question text + image path) to the first token.
+    /// From the request (question text + image path) to the first token, the vision tower
+    /// included (no features cached from an earlier call).
     fn image_ttft(&self, case: &ImageCase) -> Result<(f64, usize)> {
         let m = &self.loaded;
+        m.forget_image_features();
         let start = Instant::now();
         let budget = SoftTokenBudget::try_from(case.budget)?;
         let image = Arc::new(preprocess_path(&case.path, budget)?);
@@ -194,8 +187,7 @@ impl Bench {
                 },
             ],
         )];
-        let ids = m.prompt_ids_with_images(&messages, false, std::slice::from_ref(&image))?;
-        let mut cache = FeatureCache::new(1);
+        let prompt = m.prompt(&messages, false, &[image])?;
         let mut session = Session::new(&m.model);
         let options = GenerateOptions {
             max_tokens: 1,
@@ -203,18 +195,45 @@ impl Bench {
         };
         let cancel = AtomicBool::new(false);
         let mut first = None;
-        m.generate_with_images(
-            &mut session,
-            &ids,
-            &[image],
-            &mut cache,
-            &options,
-            &cancel,
-            |_| {
-                first.get_or_insert_with(|| start.elapsed().as_secs_f64());
-            },
-        )?;
-        Ok((first.context("no token was generated")?, ids.len()))
+        m.generate(&mut session, &prompt, &options, &cancel, |_| {
+            first.get_or_insert_with(|| start.elapsed().as_secs_f64());
+        })?;
+        Ok((first.context("no token was generated")?, prompt.ids.len()))
+    }
+
+    /// Where a decode step's time goes, per token (median milliseconds): building the graph,
+    /// dispatching it (`async_eval`: MLX encodes every primitive on this thread), and waiting
+    /// for the previous token while the device works — read from the app's own token stream.
+    fn decode_profile(&self, prompt: &[u32], steps: usize) -> Result<serde_json::Value> {
+        let m = &self.loaded;
+        let options = GenerateOptions {
+            max_tokens: steps + 1,
+            ..self.options.clone()
+        };
+        let cancel = AtomicBool::new(false);
+        let mut session = Session::new(&m.model);
+        let prompt = Prompt::from_ids(prompt.to_vec());
+        let mut stream = m.token_stream(&mut session, &prompt, &options, &cancel)?;
+        let (mut build, mut dispatch, mut wait) = (Vec::new(), Vec::new(), Vec::new());
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let start = Instant::now();
+        for _ in 0..steps {
+            stream
+                .next_token()?
+                .context("the stream ended before its steps")?;
+            let step = stream.last_step();
+            build.push(ms(step.build));
+            dispatch.push(ms(step.dispatch));
+            wait.push(ms(step.wait));
+        }
+        let total = start.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64;
+        Ok(json!({
+            "steps": steps,
+            "build_ms": median(&mut build),
+            "dispatch_ms": median(&mut dispatch),
+            "wait_ms": median(&mut wait),
+            "per_token_ms": total,
+        }))
     }
 }
 
@@ -255,39 +274,6 @@ fn phase(name: &str) {
 /// The greedy sampler's (unused) token history.
 fn no_history() -> Array {
     Array::from_slice::<u32>(&[], &[0])
-}
-
-/// Where a decode step's time goes, per token (median milliseconds): building the graph in
-/// Rust, dispatching it (`async_eval`: MLX encodes every primitive on this thread), and waiting
-/// for the previous token while the device works. Steps are pipelined as in `generate`.
-fn decode_profile(model: &gemma::Model, prompt: &[u32], steps: usize) -> Result<serde_json::Value> {
-    let (mut caches, mut sampler, mut y) = first_token(model, prompt)?;
-    let none = no_history();
-    async_eval([&y])?;
-    let (mut build, mut dispatch, mut wait) = (Vec::new(), Vec::new(), Vec::new());
-    let start = Instant::now();
-    for _ in 0..steps {
-        let t0 = Instant::now();
-        let logits = model.forward_array(&y.reshape(&[1])?, &mut caches, None)?;
-        let next = sampler.sample(&logits, &none)?;
-        let t1 = Instant::now();
-        async_eval([&next])?;
-        let t2 = Instant::now();
-        y.try_item_exact::<u32>()?;
-        let t3 = Instant::now();
-        build.push((t1 - t0).as_secs_f64() * 1e3);
-        dispatch.push((t2 - t1).as_secs_f64() * 1e3);
-        wait.push((t3 - t2).as_secs_f64() * 1e3);
-        y = next;
-    }
-    let total = start.elapsed().as_secs_f64() * 1e3 / steps as f64;
-    Ok(json!({
-        "steps": steps,
-        "build_ms": median(&mut build),
-        "dispatch_ms": median(&mut dispatch),
-        "wait_ms": median(&mut wait),
-        "per_token_ms": total,
-    }))
 }
 
 /// Where a follow-up turn's time goes: `history` is prefilled once, then the `new` tokens are
@@ -575,11 +561,7 @@ fn main() -> Result<()> {
     });
 
     phase("decode-profile");
-    let profile = decode_profile(
-        &bench.loaded.model,
-        &plan.decode.ids,
-        plan.decode.tokens.min(64),
-    )?;
+    let profile = bench.decode_profile(&plan.decode.ids, plan.decode.tokens.min(64))?;
     phase("step-graph");
     let graph = step_graph(&bench.loaded.model, &plan.decode.ids)?;
     phase("prefill-curve");

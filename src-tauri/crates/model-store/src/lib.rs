@@ -7,13 +7,15 @@
 mod discovery;
 mod disk;
 mod download;
+mod error;
 mod hf_cache;
 mod http;
 mod hub;
 mod progress;
 
 pub use discovery::{check_folder, discover, FolderError, ModelCandidate, ModelSource};
-pub use download::{Download, DownloadError, DEFAULT_REPO};
+pub use download::{Download, DEFAULT_REPO};
+pub use error::DownloadError;
 pub use hf_cache::HfCache;
 pub use hub::{Hub, RepoFile};
 pub use progress::DownloadProgress;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use ureq::Agent;
 
-use super::download::DownloadError;
+use super::error::DownloadError;
 
 /// How often a waiting caller looks at its cancel flag.
 const POLL: Duration = Duration::from_millis(50);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::download::DownloadError;
+use super::error::DownloadError;
 use super::http::Client;
 
 /// The public hub.

@@ -8,7 +8,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::sync::Arc;
 
-use engine::generate::{generate, placeholder_runs, GenerateOptions, Session};
+use engine::generate::GenerateOptions;
+use engine::stream::{placeholder_runs, Session};
 use engine::image::{preprocess_path, SoftTokenBudget};
 use engine::media::FeatureCache;
 use engine::sampler::SamplerConfig;
@@ -243,19 +244,11 @@ fn generate_once(
         text: prompt.to_string(),
     });
     messages.push(Message::new(Role::User, parts));
-    let ids = m.prompt_ids_with_images(&messages, sampling.thinking, &images)?;
-    let mut cache = FeatureCache::new(images.len().max(1));
+    let prompt = m.prompt(&messages, sampling.thinking, &images)?;
     let mut session = Session::new(&m.model);
     let cancel = AtomicBool::new(false);
     let mut out = std::io::stdout().lock();
-    let usage = m.generate_with_images(
-        &mut session,
-        &ids,
-        &images,
-        &mut cache,
-        &options,
-        &cancel,
-        |d| {
+    let usage = m.generate(&mut session, &prompt, &options, &cancel, |d| {
             let line = if json {
                 let record = match d.token {
                     Some(token) => serde_json::json!({ "token": token, "text": d.text }),
@@ -265,10 +258,9 @@ fn generate_once(
             } else {
                 d.text
             };
-            let _ = out.write_all(line.as_bytes());
-            let _ = out.flush();
-        },
-    )?;
+        let _ = out.write_all(line.as_bytes());
+        let _ = out.flush();
+    })?;
     if json {
         writeln!(out, "{}", serde_json::json!({ "usage": usage }))?;
     } else {
@@ -301,23 +293,13 @@ fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<(
             return Ok(());
         }
         messages.push(Message::text(Role::User, line.trim()));
-        let ids = m.prompt_ids(&messages, sampling.thinking)?;
+        let prompt = m.prompt(&messages, sampling.thinking, &[])?;
         let mut answer = String::new();
-        let usage = generate(
-            &m.model,
-            &mut session,
-            &ids,
-            None,
-            &m.tokenizer,
-            &m.specials,
-            &options,
-            &cancel,
-            |d| {
-                print!("{}", d.text);
-                let _ = std::io::stdout().flush();
-                answer.push_str(&d.text);
-            },
-        )?;
+        let usage = m.generate(&mut session, &prompt, &options, &cancel, |d| {
+            print!("{}", d.text);
+            let _ = std::io::stdout().flush();
+            answer.push_str(&d.text);
+        })?;
         println!();
         eprintln!(
             "[{:.1} tok/s, {} reused prompt tokens]",

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use engine::models::{check_folder, Download, DownloadError, DownloadProgress, Hub};
+use model_store::{check_folder, Download, DownloadError, DownloadProgress, Hub};
 use sha2::{Digest, Sha256};
 
 const REPO: &str = "test-org/gemma-4-e4b-it-4bit";

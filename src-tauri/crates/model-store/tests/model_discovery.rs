@@ -7,7 +7,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use engine::models::{check_folder, discover, FolderError, HfCache, ModelSource};
+use model_store::{check_folder, discover, FolderError, HfCache, ModelSource};
 
 const GEMMA4_4BIT: &str =
     r#"{"model_type": "gemma4", "quantization": {"group_size": 64, "bits": 4}}"#;

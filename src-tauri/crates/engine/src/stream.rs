@@ -1,0 +1,397 @@
+//! The token stream: prompt-cache reuse, chunked prefill, then pipelined decode, one sampled id
+//! at a time, with a cancel flag read between prefill chunks and between tokens. It knows
+//! nothing of text, stop ids or usage: [`crate::generate`] builds those on top of it, as
+//! mlx-lm's `stream_generate` builds on `generate_step`.
+//!
+//! How later steps plug in: a speculative round (draft N ids, verify them in one forward of
+//! N + 1 rows, keep the accepted ones, [`Session`] rewinds the rest) is another way to fill
+//! the queue of ready ids that [`TokenStream::next_token`] drains, so the generator above does
+//! not change. Several sequences at once are several sessions stepped by one batched forward;
+//! each row is then a `TokenStream` whose decode step is shared.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use gemma::{KvCache, MediaFeatures, Model};
+use mlx_rs::ops::concatenate;
+use mlx_rs::ops::indexing::IndexOp;
+use mlx_rs::transforms::{async_eval, eval};
+use mlx_rs::Array;
+
+use crate::generate::{GenerateError, GenerateOptions, Result};
+use crate::sampler::Sampler;
+
+/// A conversation's model state: the caches and exactly the tokens they hold.
+pub struct Session {
+    caches: Vec<KvCache>,
+    tokens: Vec<u32>,
+}
+
+impl Session {
+    /// An empty session for `model`.
+    pub fn new(model: &Model) -> Self {
+        Self {
+            caches: model.new_caches(),
+            tokens: Vec::new(),
+        }
+    }
+
+    /// The tokens whose K/V the caches hold.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Rewinds to the longest prefix shared with `prompt` that the caches can return to,
+    /// keeping at least one prompt token to prefill. Returns how many tokens are reused.
+    pub fn rewind_for(&mut self, model: &Model, prompt: &[u32]) -> usize {
+        let common = self
+            .tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let reuse = common.min(prompt.len().saturating_sub(1));
+        let drop = self.tokens.len() - reuse;
+        if self.caches.iter().all(|c| c.can_trim(drop))
+            && self.caches.iter_mut().all(|c| c.trim(drop).is_ok())
+        {
+            self.tokens.truncate(reuse);
+            reuse
+        } else {
+            *self = Session::new(model);
+            0
+        }
+    }
+}
+
+/// The images of a prompt: each run of `token_id` placeholders (in order) is one image, whose
+/// projected features `[run length, hidden]` `features(k)` computes on demand — images wholly
+/// inside the reused prefix are never computed (nor prefilled) again.
+pub struct Images<'a> {
+    pub token_id: u32,
+    pub count: usize,
+    pub features: &'a mut dyn FnMut(usize) -> Result<Array>,
+}
+
+/// `(start, length)` of every run of consecutive `token_id`s in `prompt`: one per image.
+pub fn placeholder_runs(prompt: &[u32], token_id: u32) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, &t) in prompt.iter().enumerate() {
+        if t == token_id {
+            match runs.last_mut() {
+                Some((start, len)) if *start + *len == i => *len += 1,
+                _ => runs.push((i, 1)),
+            }
+        }
+    }
+    runs
+}
+
+/// Why a token stream ended (an end-of-turn id is the generator's to see, not the stream's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The caller's `max_tokens` were produced.
+    MaxTokens,
+    /// The context window is full.
+    ContextFull,
+    /// The cancel flag was set (during prefill or decode).
+    Cancelled,
+}
+
+/// What the prefill of a stream did.
+#[derive(Debug, Clone, Copy)]
+pub struct Prefill {
+    /// Tokens of the whole prompt.
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose K/V the session already held.
+    pub reused_tokens: usize,
+    /// From the call to the first id sampled and dispatched (not yet read).
+    pub time: Duration,
+}
+
+/// Where one decode step's time went: building its graph on the host, dispatching it to the
+/// device (`async_eval`), and waiting for the previous id while the device works.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StepTimes {
+    pub build: Duration,
+    pub dispatch: Duration,
+    pub wait: Duration,
+}
+
+/// Sampled ids of one answer, produced on demand (see the module doc).
+pub struct TokenStream<'a> {
+    model: &'a Model,
+    session: &'a mut Session,
+    cancel: &'a AtomicBool,
+    sampler: Sampler,
+    /// The recent ids a repetition penalty looks at, when one is set: `(ids, window)`.
+    penalty: Option<(Array, usize)>,
+    /// The next id, sampled on the device and not yet read.
+    pending: Option<Array>,
+    /// Ids already read and not yet handed out (a speculative round yields several).
+    ready: VecDeque<u32>,
+    /// How many ids the stream may still hand out in all: `max_tokens` and the room left in the
+    /// context window.
+    limit: usize,
+    room: usize,
+    produced: usize,
+    end: Option<StreamEnd>,
+    prefill: Prefill,
+    last_step: StepTimes,
+}
+
+impl<'a> TokenStream<'a> {
+    /// Reuses the session's cache for the prompt's shared prefix, prefills the rest in chunks
+    /// of `options.prefill_chunk` (binding `images` to their placeholder runs) and samples the
+    /// first id. A stop during prefill gives a stream that has ended, `Cancelled`; what was
+    /// prefilled stays cached for the next turn.
+    pub fn start(
+        model: &'a Model,
+        session: &'a mut Session,
+        prompt: &[u32],
+        images: Option<&mut Images<'_>>,
+        options: &GenerateOptions,
+        cancel: &'a AtomicBool,
+    ) -> Result<Self> {
+        if prompt.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        if prompt.len() >= options.context_window {
+            return Err(GenerateError::PromptTooLong {
+                prompt: prompt.len(),
+                context: options.context_window,
+            });
+        }
+        let start = Instant::now();
+        let reused = session.rewind_for(model, prompt);
+        let new = &prompt[reused..];
+        let features = match images {
+            Some(images) => image_rows_to_prefill(prompt, reused, images)?,
+            None => None,
+        };
+        let media: Vec<MediaFeatures<'_>> = features
+            .iter()
+            .map(|(id, f)| MediaFeatures {
+                token_id: *id,
+                features: f,
+            })
+            .collect();
+        let sampler = Sampler::new(options.sampler.clone())?;
+        let room = options.context_window.saturating_sub(prompt.len());
+        let mut stream = Self {
+            model,
+            session,
+            cancel,
+            sampler,
+            penalty: None,
+            pending: None,
+            ready: VecDeque::new(),
+            limit: options.max_tokens.min(room),
+            room,
+            produced: 0,
+            end: None,
+            prefill: Prefill {
+                prompt_tokens: prompt.len(),
+                reused_tokens: reused,
+                time: Duration::ZERO,
+            },
+            last_step: StepTimes::default(),
+        };
+        let Some(logits) = stream.prefill(new, &media, options.prefill_chunk)? else {
+            stream.end = Some(StreamEnd::Cancelled);
+            return Ok(stream);
+        };
+        if options.sampler.repetition_penalty.is_some() {
+            let tokens = &stream.session.tokens;
+            let window = options.sampler.repetition_window;
+            let recent = &tokens[tokens.len() - window.min(tokens.len())..];
+            stream.penalty = Some((Array::from_slice(recent, &[recent.len() as i32]), window));
+        }
+        let first = stream.sampler.sample(&logits, &stream.history())?;
+        async_eval([&first])?;
+        stream.pending = Some(first);
+        stream.prefill.time = start.elapsed();
+        Ok(stream)
+    }
+
+    /// What the prefill did.
+    pub fn prefill_stats(&self) -> Prefill {
+        self.prefill
+    }
+
+    /// Where the time of the last [`Self::next_token`] went.
+    pub fn last_step(&self) -> StepTimes {
+        self.last_step
+    }
+
+    /// Why the stream ended, once [`Self::next_token`] has returned `None`.
+    pub fn end(&self) -> Option<StreamEnd> {
+        self.end
+    }
+
+    /// The next sampled id, or `None` once the stream has ended. The forward of the id after
+    /// it is built and dispatched before this one is read, so the host builds step n + 1 while
+    /// the device computes step n.
+    pub fn next_token(&mut self) -> Result<Option<u32>> {
+        if let Some(id) = self.ready.pop_front() {
+            return Ok(Some(id));
+        }
+        if self.end.is_some() {
+            return Ok(None);
+        }
+        if self.cancel.load(Ordering::Relaxed) {
+            self.finish(StreamEnd::Cancelled);
+            return Ok(None);
+        }
+        let Some(y) = self.pending.take() else {
+            let end = if self.produced >= self.room {
+                StreamEnd::ContextFull
+            } else {
+                StreamEnd::MaxTokens
+            };
+            self.finish(end);
+            return Ok(None);
+        };
+        let last = self.produced + 1 >= self.limit;
+        let built = Instant::now();
+        let mut dispatched = built;
+        if !last {
+            let logits = self
+                .model
+                .forward_array(&y.reshape(&[1])?, &mut self.session.caches, None)?;
+            if let Some((ids, window)) = &mut self.penalty {
+                let mut grown = concatenate(&[&*ids, &y.reshape(&[1])?], 0)?;
+                let len = grown.shape()[0];
+                if len > *window as i32 {
+                    grown = grown.index(len - *window as i32..);
+                }
+                *ids = grown;
+            }
+            let next = self.sampler.sample(&logits, &self.history())?;
+            dispatched = Instant::now();
+            async_eval([&next])?;
+            self.pending = Some(next);
+        }
+        let waiting = Instant::now();
+        let token: u32 = y
+            .try_item_exact::<u32>()
+            .map_err(|e| GenerateError::Token(e.to_string()))?;
+        self.last_step = StepTimes {
+            build: dispatched - built,
+            dispatch: waiting - dispatched,
+            wait: waiting.elapsed(),
+        };
+        // The caches hold an id once it has been fed forward; the last one of an answer never is.
+        if !last {
+            self.session.tokens.push(token);
+        }
+        self.produced += 1;
+        Ok(Some(token))
+    }
+
+    fn finish(&mut self, end: StreamEnd) {
+        self.pending = None;
+        self.end = Some(end);
+    }
+
+    fn history(&self) -> Array {
+        match &self.penalty {
+            Some((ids, _)) => ids.clone(),
+            None => Array::from_slice::<u32>(&[], &[0]),
+        }
+    }
+
+    /// Feeds `new` prompt tokens in chunks; returns the last position's logits `[1, vocab]`,
+    /// or `None` when `cancel` was set between chunks.
+    fn prefill(
+        &mut self,
+        new: &[u32],
+        media: &[MediaFeatures<'_>],
+        chunk: usize,
+    ) -> Result<Option<Array>> {
+        let chunk = chunk.max(1);
+        let mut logits = None;
+        let mut done = 0;
+        while done < new.len() {
+            if self.cancel.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            let end = (done + chunk).min(new.len());
+            let part = &new[done..end];
+            // Media rows for the placeholders inside this chunk.
+            let sliced: Vec<(u32, Array)> = media
+                .iter()
+                .filter_map(|m| {
+                    let before = new[..done].iter().filter(|&&t| t == m.token_id).count() as i32;
+                    let inside = part.iter().filter(|&&t| t == m.token_id).count() as i32;
+                    (inside > 0).then(|| (m.token_id, m.features.index(before..before + inside)))
+                })
+                .collect();
+            let chunk_media: Vec<MediaFeatures<'_>> = sliced
+                .iter()
+                .map(|(id, f)| MediaFeatures {
+                    token_id: *id,
+                    features: f,
+                })
+                .collect();
+            let out = self
+                .model
+                .forward(part, &chunk_media, &mut self.session.caches, Some(1))?;
+            eval_with_caches(&self.session.caches, &out)?;
+            self.session.tokens.extend_from_slice(part);
+            logits = Some(out);
+            done = end;
+        }
+        logits.map(Some).ok_or(GenerateError::EmptyPrompt)
+    }
+}
+
+/// Evaluates a prefill chunk's output together with the caches it wrote (so the next chunk
+/// builds on evaluated arrays, not on a growing graph).
+pub fn eval_with_caches(caches: &[KvCache], out: &Array) -> Result<()> {
+    let mut to_eval: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
+    to_eval.push(out);
+    eval(to_eval)?;
+    Ok(())
+}
+
+/// Feature rows for the placeholders after the reused prefix, computing only the images needed.
+fn image_rows_to_prefill(
+    prompt: &[u32],
+    reused: usize,
+    images: &mut Images<'_>,
+) -> Result<Option<(u32, Array)>> {
+    let runs = placeholder_runs(prompt, images.token_id);
+    if runs.len() != images.count {
+        return Err(GenerateError::ImageCount {
+            expected: images.count,
+            found: runs.len(),
+        });
+    }
+    let mut parts = Vec::new();
+    for (k, &(start, len)) in runs.iter().enumerate() {
+        let cached = reused.saturating_sub(start).min(len);
+        if cached == len {
+            continue;
+        }
+        let features = (images.features)(k)?;
+        let rows = features.shape().first().copied().unwrap_or(0) as usize;
+        if rows != len {
+            return Err(GenerateError::ImageCount {
+                expected: len,
+                found: rows,
+            });
+        }
+        parts.push(if cached > 0 {
+            features.index(cached as i32..)
+        } else {
+            features
+        });
+    }
+    Ok(match parts.len() {
+        0 => None,
+        1 => parts.pop().map(|f| (images.token_id, f)),
+        _ => Some((images.token_id, concatenate(&parts, 0)?)),
+    })
+}

@@ -1,0 +1,6 @@
+// The binaries (and their tests) load libmlx from the wheel folder mlx-sys linked against.
+fn main() {
+    if let Ok(dir) = std::env::var("DEP_MLX_LIB_DIR") {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
+    }
+}
