@@ -38,23 +38,6 @@ pub enum EngineError {
     Image(#[from] crate::image::ImageError),
 }
 
-/// Tokens of the warm-up's first message on this backend (see [`LoadedModel::warm_up_over`]).
-///
-/// On a GPU, a GEMM library picks its kernels by shape class, and the first use of a class
-/// loads them: measured on the H200 (bench, same process), a follow-up over a 2,069-token
-/// history took 30–35 ms the first time and 21 ms after, until the warm-up's follow-up attended
-/// a history of that order (first follow-up 21.4 ms; 24.7 with a 600-token history). The
-/// 2,048-token first message also warms the long-prompt shapes (a first 512-token prefill:
-/// 45 → 22 ms). Metal's GEMMs are also specialized per shape class and alignment, so
-/// the same warm-up is used there. On the CPU there is nothing of the kind to load, and
-/// prefilling 2k tokens would take minutes: a one-word message.
-pub fn warm_up_history() -> usize {
-    match mlx_sys::FLAVOR {
-        "cpu" => 0,
-        _ => 2048,
-    }
-}
-
 /// A loaded model folder: weights, tokenizer, template and special ids.
 pub struct LoadedModel {
     pub dir: PathBuf,
@@ -80,16 +63,21 @@ impl LoadedModel {
         })
     }
 
+    /// Tokens of the warm-up's first message, from the model's tuning: on a GPU the first use
+    /// of a GEMM shape class loads kernels (see "Why the defaults" in `bench/results.md`).
+    pub fn warm_up_history(&self) -> usize {
+        self.model.tuning().warm_up_history
+    }
+
     /// Runs a two-turn chat of two tokens per answer and throws it away, so that the user's
     /// first messages do not pay the backend's one-time work: kernels loaded or compiled on
     /// first use (MLX's fused kernels, Metal pipeline states, CUDA modules and cuBLAS plans),
     /// the compiled elementwise traces, and the allocator's first buffers. It covers the three
     /// shapes a chat meets: a prefill from empty caches, decode steps, and a follow-up prefill
-    /// over a cached history, of [`warm_up_history`] tokens on this backend. Measured on the
-    /// H200 (bench): a length's first prefill costs 6–65 ms more than its next. Leaves no state
-    /// behind: the session is dropped.
+    /// over a cached history of [`Self::warm_up_history`] tokens (timings: `bench/results.md`).
+    /// Leaves no state behind: the session is dropped.
     pub fn warm_up(&self) -> Result<(), EngineError> {
-        self.warm_up_over(warm_up_history(), &AtomicBool::new(false))
+        self.warm_up_over(self.warm_up_history(), &AtomicBool::new(false))
             .map(|_| ())
     }
 
@@ -454,7 +442,7 @@ fn run(
                 let stop = queue.warm_up_stop();
                 let _ = reply.send(result);
                 if let Some(m) = &loaded {
-                    if let Err(e) = m.warm_up_over(warm_up_history(), stop) {
+                    if let Err(e) = m.warm_up_over(m.warm_up_history(), stop) {
                         eprintln!("warm-up after loading {} failed: {e}", m.dir.display());
                     }
                 }

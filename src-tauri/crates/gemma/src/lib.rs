@@ -8,6 +8,7 @@ pub mod layers;
 pub mod model;
 pub mod quant;
 pub mod text;
+pub mod tuning;
 pub mod vision;
 pub mod weights;
 
@@ -16,4 +17,5 @@ pub use config::Config;
 pub use error::{Error, Result};
 pub use model::{LoadOptions, Model};
 pub use text::MediaFeatures;
+pub use tuning::Tuning;
 pub use vision::{Pixels, VisionTower};

@@ -6,7 +6,6 @@ use mlx_rs::ops::{
     arange, broadcast_to, concatenate, cumsum, maximum, ones_like, select, softmax_axis,
 };
 use mlx_rs::{Array, Dtype};
-use std::sync::OnceLock;
 
 use crate::cache::KvCache;
 use crate::config::{AttentionKind, Config, TextConfig};
@@ -14,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::fused::{add_scaled, geglu, softcap};
 use crate::layers::{KvSource, LayerSpec, Rope};
 use crate::quant::{load_linear, Embedding, Linear, SideBySide};
+use crate::tuning::{DecodeAttention, Tuning};
 use crate::weights::WeightStore;
 
 const PREFIX: &str = "language_model.model";
@@ -475,13 +475,14 @@ impl TextModel {
         caches: &mut [KvCache],
         keep: Option<usize>,
         placeholders: bool,
+        tuning: &Tuning,
     ) -> Result<Array> {
         let t = ids.size();
         if t == 0 {
             return Err(Error::Input("no tokens to process".into()));
         }
         let h = self.embed(ids, media)?;
-        let per_layer = self.per_layer_inputs(ids, &h, placeholders)?;
+        let per_layer = self.per_layer_inputs(ids, &h, placeholders, tuning)?;
         let mut h = h.reshape(&[1, t as i32, self.cfg.hidden_size as i32])?;
         let offset = caches.first().map(|c| c.offset()).unwrap_or(0);
         let window = self.cfg.sliding_window;
@@ -538,8 +539,15 @@ impl TextModel {
                         .ok_or_else(|| Error::Input(format!("layer {producer} produced no K/V")))?,
                 ),
             };
-            let (out, kv) =
-                self.layer_forward(layer, &h, mask.as_ref(), kv_in, offset + skip, pli.as_ref())?;
+            let (out, kv) = self.layer_forward(
+                layer,
+                &h,
+                mask.as_ref(),
+                kv_in,
+                offset + skip,
+                pli.as_ref(),
+                tuning,
+            )?;
             h = out;
             produced[i] = kv;
         }
@@ -549,7 +557,7 @@ impl TextModel {
             }
         }
         let h = fast::rms_norm(&h, Some(&self.norm), self.eps)?;
-        let mut logits = self.embed.as_linear(&h)?;
+        let mut logits = self.embed.as_linear(&h, tuning)?;
         if let Some(cap) = &self.scales.softcap {
             logits = softcap(&logits, cap)?;
         }
@@ -563,6 +571,7 @@ impl TextModel {
         ids: &Array,
         h: &Array,
         placeholders: bool,
+        tuning: &Tuning,
     ) -> Result<Option<Array>> {
         let (Some(table), Some((projection, norm))) =
             (&self.per_layer_embed, &self.per_layer_projection)
@@ -588,7 +597,7 @@ impl TextModel {
             .multiply(&self.scales.per_layer_token)?
             .reshape(&[1, t, n, ple])?;
         let context = projection
-            .forward(h)?
+            .forward(h, tuning)?
             .multiply(&self.scales.per_layer_projection)?;
         let context = fast::rms_norm(context.reshape(&[1, t, n, ple])?, Some(norm), self.eps)?;
         Ok(Some(
@@ -598,6 +607,7 @@ impl TextModel {
         ))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn layer_forward(
         &self,
         layer: &Layer,
@@ -606,27 +616,28 @@ impl TextModel {
         kv: KvInput<'_>,
         offset: usize,
         per_layer_input: Option<&Array>,
+        tuning: &Tuning,
     ) -> Result<(Array, Option<(Array, Array)>)> {
         let eps = self.eps;
         let normed = fast::rms_norm(x, Some(&layer.input_norm), eps)?;
-        let (attn, kv_out) = self.attention(layer, &normed, mask, kv, offset)?;
+        let (attn, kv_out) = self.attention(layer, &normed, mask, kv, offset, tuning)?;
         let h = x.add(fast::rms_norm(
             &attn,
             Some(&layer.post_attention_norm),
             eps,
         )?)?;
         let u = fast::rms_norm(&h, Some(&layer.pre_feedforward_norm), eps)?;
-        let gate_up = layer.mlp.gate_up.forward(&u)?;
+        let gate_up = layer.mlp.gate_up.forward(&u, tuning)?;
         let [gate, up] = gate_up.as_slice() else {
             return Err(Error::Input(
                 "the MLP needs a gate and an up projection".into(),
             ));
         };
-        let m = layer.mlp.down.forward(&geglu(gate, up)?)?;
+        let m = layer.mlp.down.forward(&geglu(gate, up)?, tuning)?;
         let h = h.add(fast::rms_norm(&m, Some(&layer.post_feedforward_norm), eps)?)?;
         if let (Some(p), Some(input)) = (&layer.per_layer, per_layer_input) {
-            let g = geglu(&p.gate.forward(&h)?, input)?;
-            let r = fast::rms_norm(&p.projection.forward(&g)?, Some(&p.post_norm), eps)?;
+            let g = geglu(&p.gate.forward(&h, tuning)?, input)?;
+            let r = fast::rms_norm(&p.projection.forward(&g, tuning)?, Some(&p.post_norm), eps)?;
             return Ok((add_scaled(&h, &r, &layer.layer_scalar)?, kv_out));
         }
         Ok((h.multiply(&layer.layer_scalar)?, kv_out))
@@ -639,6 +650,7 @@ impl TextModel {
         mask: Option<&Array>,
         mut kv: KvInput<'_>,
         offset: usize,
+        tuning: &Tuning,
     ) -> Result<(Array, Option<(Array, Array)>)> {
         let shape = x.shape();
         let (b, t) = (shape[0], shape[1]);
@@ -647,7 +659,7 @@ impl TextModel {
         let kv_heads = self.cfg.num_key_value_heads as i32;
         let a = &layer.attn;
         if let (KvInput::Own(cache), Some(scales)) = (&mut kv, &a.head_scales) {
-            if let Some(joined) = a.qkv.forward_joined(x)? {
+            if let Some(joined) = a.qkv.forward_joined(x, tuning)? {
                 // One RMSNorm over every head, the q/k scales as one multiply, one RoPE for q
                 // and k together: 3 primitives where separate heads take 5.
                 let all = fast::rms_norm(joined.reshape(&[b, t, -1, d])?, None, self.eps)?
@@ -659,10 +671,10 @@ impl TextModel {
                 let q_k = roped.split_at_indices(&[heads, heads + kv_heads], 1)?;
                 let v = all.split_at_indices(&[heads + kv_heads], 1)?;
                 let (keys, values) = cache.update_and_fetch(q_k[1].clone(), v[1].clone())?;
-                return self.attend(a, &q_k[0], keys, values, mask, b, t, heads * d);
+                return self.attend(a, &q_k[0], keys, values, mask, b, t, heads * d, tuning);
             }
         }
-        let projected = a.qkv.forward(x)?;
+        let projected = a.qkv.forward(x, tuning)?;
         let q = projected[0].reshape(&[b, t, heads, d])?;
         let q = fast::rms_norm(&q, Some(&a.q_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
         let q = self.rope(layer, &q, offset)?;
@@ -684,7 +696,7 @@ impl TextModel {
                 cache.update_and_fetch(k, v)?
             }
         };
-        self.attend(a, &q, keys, values, mask, b, t, heads * d)
+        self.attend(a, &q, keys, values, mask, b, t, heads * d, tuning)
     }
 
     /// Attention of `q` over `keys`/`values`, then the output projection.
@@ -699,12 +711,13 @@ impl TextModel {
         b: i32,
         t: i32,
         width: i32,
+        tuning: &Tuning,
     ) -> Result<(Array, Option<(Array, Array)>)> {
         let head_dim = q.shape()[3];
-        let out = if t == 1 && mask.is_none() && !fused_single_query_attention(head_dim) {
+        let out = if t == 1 && mask.is_none() && !tuning.fused_single_query(head_dim) {
             // One query per head, every key visible (the caches hand a single query exactly
             // what it may see).
-            single_query_attention(q, &keys, &values, decode_attention())?
+            single_query_attention(q, &keys, &values, tuning.decode_attention)?
                 .reshape(&[b, t, width])?
         } else {
             let mask = mask.map(ScaledDotProductAttentionMask::Array);
@@ -712,7 +725,7 @@ impl TextModel {
                 .transpose_axes(&[0, 2, 1, 3])?
                 .reshape(&[b, t, width])?
         };
-        Ok((a.o_proj.forward(&out)?, Some((keys, values))))
+        Ok((a.o_proj.forward(&out, tuning)?, Some((keys, values))))
     }
 
     fn rope(&self, layer: &Layer, x: &Array, offset: usize) -> Result<Array> {
@@ -731,49 +744,6 @@ impl TextModel {
             )?,
         })
     }
-}
-
-/// Whether this MLX build runs attention for one query of head size `d` as a fused kernel
-/// (MLX 0.32.2: Metal's vector kernel takes these sizes, CUDA's only 64 to 128, the CPU has
-/// none). Where it has none, MLX composes the attention generically — a scale multiply, the
-/// K/V heads broadcast to every query head, two matmuls, a softmax — and `attend` composes
-/// the same math in fewer primitives, which is what a decode step is bound by on a GPU.
-fn fused_single_query_attention(d: i32) -> bool {
-    match mlx_sys::FLAVOR {
-        "metal" => matches!(d, 64 | 96 | 128 | 256),
-        cuda if cuda.starts_with("cuda") => matches!(d, 64 | 96 | 128),
-        _ => false,
-    }
-}
-
-/// How a decode step composes attention where MLX has no fused kernel for the head size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DecodeAttention {
-    /// The `heads / kv_heads` query heads of a K/V head are the rows of one matrix, for both
-    /// products: no head is broadcast and the result is already in head order (on CUDA both
-    /// products are cuBLAS GEMMs of that many rows).
-    GroupedRows,
-    /// Scores one query head per row against its K/V head, broadcast over the group (not
-    /// copied): MLX's batched GEMV kernel on CUDA, in place of a cuBLAS call. The values are
-    /// weighted as in `GroupedRows`.
-    HeadScores,
-}
-
-static DECODE_ATTENTION: OnceLock<DecodeAttention> = OnceLock::new();
-
-/// Sets, for this process, how decode steps compose attention (default
-/// [`DecodeAttention::GroupedRows`]). For benchmarks comparing the two; only the first call
-/// counts (false after it).
-pub fn set_decode_attention(path: DecodeAttention) -> bool {
-    DECODE_ATTENTION.set(path).is_ok()
-}
-
-/// How decode steps compose attention in this process.
-pub fn decode_attention() -> DecodeAttention {
-    DECODE_ATTENTION
-        .get()
-        .copied()
-        .unwrap_or(DecodeAttention::GroupedRows)
 }
 
 /// Attention of one query per head (`q` `[b, heads, 1, d]`) over every position of `keys` and

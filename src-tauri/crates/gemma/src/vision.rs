@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::fused::geglu;
 use crate::quant::{load_linear, Linear};
 use crate::text::scalar;
+use crate::tuning::Tuning;
 use crate::weights::WeightStore;
 
 /// A linear layer whose input and output are clamped to bounds stored in the checkpoint.
@@ -21,12 +22,12 @@ struct ClippedLinear {
 }
 
 impl ClippedLinear {
-    fn forward(&self, x: &Array) -> Result<Array> {
+    fn forward(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
         match &self.bounds {
-            None => self.linear.forward(x),
+            None => self.linear.forward(x, tuning),
             Some([in_min, in_max, out_min, out_max]) => {
                 let x = clip(x, (in_min, in_max))?;
-                Ok(clip(self.linear.forward(&x)?, (out_min, out_max))?)
+                Ok(clip(self.linear.forward(&x, tuning)?, (out_min, out_max))?)
             }
         }
     }
@@ -54,6 +55,7 @@ pub struct VisionTower {
     layers: Vec<EncoderLayer>,
     projection: Linear,
     text_eps: f32,
+    tuning: Tuning,
 }
 
 /// Pixels of one preprocessed image: `[3, height, width]` float32 in [0, 1], both sides
@@ -66,7 +68,12 @@ pub struct Pixels<'a> {
 
 impl VisionTower {
     /// Loads `vision_tower.*` and `embed_vision.*`; `None` when tensors were missing or wrong.
-    pub fn load(store: &mut WeightStore, config: &Config, dtype: Dtype) -> Result<Option<Self>> {
+    pub fn load(
+        store: &mut WeightStore,
+        config: &Config,
+        dtype: Dtype,
+        tuning: Tuning,
+    ) -> Result<Option<Self>> {
         let Some(cfg) = config.vision.clone() else {
             return Ok(None);
         };
@@ -123,6 +130,7 @@ impl VisionTower {
             position_table,
             layers,
             projection,
+            tuning,
         }))
     }
 
@@ -178,7 +186,7 @@ impl VisionTower {
         }
         let pooled = self.pool(&x, ph, pw)?;
         let normed = fast::rms_norm(&pooled, None, self.text_eps)?;
-        self.projection.forward(&normed)
+        self.projection.forward(&normed, &self.tuning)
     }
 
     /// Patchify (row-major patches; each patch ordered row, column, channel), map to [-1, 1],
@@ -194,7 +202,7 @@ impl VisionTower {
             .subtract(Array::from_f32(0.5))?
             .multiply(Array::from_f32(2.0))?
             .as_dtype(self.dtype)?;
-        let x = self.input_proj.forward(&patches)?;
+        let x = self.input_proj.forward(&patches, &self.tuning)?;
         let cols: Vec<i32> = (0..ph * pw).map(|i| (i % pw) as i32).collect();
         let rows: Vec<i32> = (0..ph * pw).map(|i| (i / pw) as i32).collect();
         let col_table = self.position_table.index(0);
@@ -269,14 +277,14 @@ impl VisionTower {
         cos: &Array,
         sin: &Array,
     ) -> Result<Array> {
-        let eps = self.cfg.rms_norm_eps;
+        let (eps, t) = (self.cfg.rms_norm_eps, &self.tuning);
         let normed = fast::rms_norm(x, Some(&l.norms[0]), eps)?;
         let attn = self.attention(l, &normed, cos, sin)?;
         let h = x.add(fast::rms_norm(&attn, Some(&l.norms[1]), eps)?)?;
         let u = fast::rms_norm(&h, Some(&l.norms[2]), eps)?;
         let m = l
             .down
-            .forward(&geglu(&l.gate.forward(&u)?, &l.up.forward(&u)?)?)?;
+            .forward(&geglu(&l.gate.forward(&u, t)?, &l.up.forward(&u, t)?)?, t)?;
         Ok(h.add(fast::rms_norm(&m, Some(&l.norms[3]), eps)?)?)
     }
 
@@ -286,9 +294,9 @@ impl VisionTower {
         let d = self.cfg.head_dim as i32;
         let eps = self.cfg.rms_norm_eps;
         let split = |a: Array| a.reshape(&[1, len, heads, d]);
-        let q = float32_rms(&split(l.q.forward(x)?)?, Some(&l.q_norm), eps)?;
-        let k = float32_rms(&split(l.k.forward(x)?)?, Some(&l.k_norm), eps)?;
-        let v = float32_rms(&split(l.v.forward(x)?)?, None, eps)?;
+        let q = float32_rms(&split(l.q.forward(x, &self.tuning)?)?, Some(&l.q_norm), eps)?;
+        let k = float32_rms(&split(l.k.forward(x, &self.tuning)?)?, Some(&l.k_norm), eps)?;
+        let v = float32_rms(&split(l.v.forward(x, &self.tuning)?)?, None, eps)?;
         let q = self.rope(&q, cos, sin)?.transpose_axes(&[0, 2, 1, 3])?;
         let k = self.rope(&k, cos, sin)?.transpose_axes(&[0, 2, 1, 3])?;
         let v = v.transpose_axes(&[0, 2, 1, 3])?;
@@ -304,6 +312,7 @@ impl VisionTower {
         l.o.forward(
             &out.transpose_axes(&[0, 2, 1, 3])?
                 .reshape(&[1, len, heads * d])?,
+            &self.tuning,
         )
     }
 

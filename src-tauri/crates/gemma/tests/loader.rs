@@ -212,6 +212,7 @@ fn kv_quantization_follows_kv_config_and_stays_close_to_the_plain_cache() {
     let options = LoadOptions {
         dtype: Some(mlx_rs::Dtype::Float32),
         kv_quantization: true,
+        ..LoadOptions::default()
     };
     let quantized = Model::load(&dir, &options).unwrap();
     let bits: Vec<Option<i32>> = quantized
