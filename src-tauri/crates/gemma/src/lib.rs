@@ -1,7 +1,9 @@
 //! Gemma 4 E4B on MLX: the model, knowing nothing of prompts, chats or windows.
 
+pub mod attention;
 pub mod cache;
 pub mod config;
+mod decoder;
 pub mod error;
 mod fused;
 pub mod layers;

@@ -62,10 +62,11 @@ impl Model {
             .map(|l| l.index)
             .collect();
         store.ignore_where(|name| is_unused(name, &shared));
-        let text = TextModel::load(&mut store, &config, &table, dtype)?;
-        let vision = VisionTower::load(&mut store, &config, dtype, options.tuning)?;
+        // Missing or wrong tensors stand in as zeros until `finish` reports them all at once.
+        let root = store.root(&config.quantization, dtype);
+        let text = TextModel::load(&root, &config, &table)?;
+        let vision = VisionTower::load(&root, &config, options.tuning)?;
         store.finish()?;
-        let text = text.ok_or_else(|| Error::Tensors("the language model is incomplete".into()))?;
         // Read every weight now (one pass over the files, casts done once), so that the first
         // request pays no loading and no source copy of a cast weight stays alive.
         let mut arrays = text.arrays();

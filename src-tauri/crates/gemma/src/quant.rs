@@ -6,12 +6,12 @@ use std::cell::RefCell;
 
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{concatenate, dequantize, quantized_matmul, zeros_dtype};
-use mlx_rs::{with_stream, Array, Device, Dtype, Stream};
+use mlx_rs::{with_stream, Array, Device, Stream};
 
-use crate::config::{QuantSpec, Quantization};
+use crate::config::QuantSpec;
 use crate::error::Result;
 use crate::tuning::Tuning;
-use crate::weights::{to_dtype, DtypeClass, WeightStore};
+use crate::weights::{DtypeClass, Weights};
 
 /// A bias-free linear layer `y = x · Wᵀ`.
 pub enum Linear {
@@ -26,55 +26,13 @@ pub enum Linear {
     },
 }
 
-/// Loads `<path>` with logical shape `[out, inp]` (dense or quantized). `None` = a problem was recorded.
-pub fn load_linear(
-    store: &mut WeightStore,
-    quant: &Quantization,
-    path: &str,
-    out: usize,
-    inp: usize,
-    dtype: Dtype,
-) -> Result<Option<Linear>> {
-    let scales_name = format!("{path}.scales");
-    if !store.contains(&scales_name) {
-        let Some(weight) = store.take(&format!("{path}.weight"), &[out, inp], DtypeClass::Float)
-        else {
-            return Ok(None);
-        };
-        return Ok(Some(Linear::Dense {
-            weight: to_dtype(weight, dtype)?,
-        }));
-    }
-    let Some(spec) = quant_spec(store, quant, path, inp) else {
-        return Ok(None);
-    };
-    let packed = inp * spec.bits as usize / 32;
-    let groups = inp / spec.group_size as usize;
-    let weight = store.take(&format!("{path}.weight"), &[out, packed], DtypeClass::U32);
-    let scales = store.take(&scales_name, &[out, groups], DtypeClass::Float);
-    let biases = store.take(&format!("{path}.biases"), &[out, groups], DtypeClass::Float);
-    let (Some(weight), Some(scales), Some(biases)) = (weight, scales, biases) else {
-        return Ok(None);
-    };
-    Ok(Some(Linear::Quantized {
-        weight,
-        scales: to_dtype(scales, dtype)?,
-        biases: to_dtype(biases, dtype)?,
-        spec,
-    }))
-}
-
 /// Bits and group size of a quantized module: from the config, checked against (or, when the
 /// config is silent, derived from) the shapes of `.weight` and `.scales`.
-fn quant_spec(
-    store: &mut WeightStore,
-    quant: &Quantization,
-    path: &str,
-    inp: usize,
-) -> Option<QuantSpec> {
+fn quant_spec(weights: &Weights<'_>, inp: usize) -> Option<QuantSpec> {
+    let path = weights.path();
     let from_shapes = || -> Option<QuantSpec> {
-        let packed = *store.shape(&format!("{path}.weight"))?.last()?;
-        let groups = *store.shape(&format!("{path}.scales"))?.last()?;
+        let packed = *weights.shape("weight")?.last()?;
+        let groups = *weights.shape("scales")?.last()?;
         if packed == 0
             || groups == 0
             || !inp.is_multiple_of(groups)
@@ -87,20 +45,20 @@ fn quant_spec(
             group_size: (inp / groups) as i32,
         })
     };
-    match (quant.for_module(path), from_shapes()) {
+    match (weights.quantization().for_module(path), from_shapes()) {
         (Some(spec), _) if [2, 3, 4, 5, 6, 8].contains(&spec.bits) && spec.group_size > 0 => {
             Some(spec)
         }
         (None, Some(spec)) => Some(spec),
         (Some(spec), _) => {
-            store.problem(format!(
+            weights.problem(format!(
                 "{path}: unsupported quantization {} bits, group {}",
                 spec.bits, spec.group_size
             ));
             None
         }
         (None, None) => {
-            store.problem(format!(
+            weights.problem(format!(
                 "{path}: quantized tensors whose shapes fit no bits/group size"
             ));
             None
@@ -109,6 +67,30 @@ fn quant_spec(
 }
 
 impl Linear {
+    /// Loads the module at `weights` with logical shape `[out, inp]`, dense or quantized; a
+    /// problem is recorded in the store and the layer stands in as zeros.
+    pub fn load(weights: &Weights<'_>, out: usize, inp: usize) -> Result<Self> {
+        if !weights.contains("scales") {
+            return Ok(Linear::Dense {
+                weight: weights.float("weight", &[out, inp])?,
+            });
+        }
+        let Some(spec) = quant_spec(weights, inp) else {
+            // The module's tensors stay untaken: they are reported as unexpected too.
+            return Ok(Linear::Dense {
+                weight: weights.placeholder(&[out, inp], DtypeClass::Float)?,
+            });
+        };
+        let packed = inp * spec.bits as usize / 32;
+        let groups = inp / spec.group_size as usize;
+        Ok(Linear::Quantized {
+            weight: weights.take("weight", &[out, packed], DtypeClass::U32)?,
+            scales: weights.float("scales", &[out, groups])?,
+            biases: weights.float("biases", &[out, groups])?,
+            spec,
+        })
+    }
+
     /// The layer's weight arrays (to evaluate them at load).
     pub fn arrays(&self) -> Vec<&Array> {
         match self {
@@ -340,16 +322,11 @@ pub struct Embedding {
 }
 
 impl Embedding {
-    /// Loads `<path>` with logical shape `[vocab, dim]`.
-    pub fn load(
-        store: &mut WeightStore,
-        quant: &Quantization,
-        path: &str,
-        vocab: usize,
-        dim: usize,
-        dtype: Dtype,
-    ) -> Result<Option<Self>> {
-        Ok(load_linear(store, quant, path, vocab, dim, dtype)?.map(|table| Self { table }))
+    /// Loads the table at `weights` with logical shape `[vocab, dim]`.
+    pub fn load(weights: &Weights<'_>, vocab: usize, dim: usize) -> Result<Self> {
+        Ok(Self {
+            table: Linear::load(weights, vocab, dim)?,
+        })
     }
 
     /// Rows of `ids` (any shape of integer ids) → `[..., dim]`. Only the gathered rows of a

@@ -4,7 +4,7 @@
 mod common;
 use common::normal;
 
-use gemma::text::single_query_attention;
+use gemma::attention::single_query_attention;
 use gemma::tuning::DecodeAttention;
 use mlx_rs::{Array, Dtype};
 
