@@ -117,13 +117,13 @@ impl Attention {
         tuning: &Tuning,
     ) -> Result<(Array, Option<(Array, Array)>)> {
         let shape = x.shape();
-        let (b, t) = (shape[0], shape[1]);
+        let (b, len) = (shape[0], shape[1]);
         let (d, heads, kv_heads) = (self.head_dim, self.num_heads, self.num_kv_heads);
         if let (KvInput::Own(cache), Some(scales)) = (&mut kv, &self.head_scales) {
             if let Some(joined) = self.qkv_proj.forward_joined(x, tuning)? {
                 // One RMSNorm over every head, the q/k scales as one multiply, one RoPE for q
                 // and k together: 3 primitives where separate heads take 5.
-                let all = fast::rms_norm(joined.reshape(&[b, t, -1, d])?, None, self.eps)?
+                let all = fast::rms_norm(joined.reshape(&[b, len, -1, d])?, None, self.eps)?
                     .multiply(scales)?
                     .transpose_axes(&[0, 2, 1, 3])?;
                 // RoPE runs over the whole tensor (v's rotated rows are dropped): on a slice of
@@ -136,7 +136,7 @@ impl Attention {
             }
         }
         let projected = self.qkv_proj.forward(x, tuning)?;
-        let queries = projected[0].reshape(&[b, t, heads, d])?;
+        let queries = projected[0].reshape(&[b, len, heads, d])?;
         let queries = fast::rms_norm(&queries, Some(&self.q_norm), self.eps)?
             .transpose_axes(&[0, 2, 1, 3])?;
         let queries = self.rope(&queries, offset)?;
@@ -149,8 +149,8 @@ impl Attention {
                         self.layer
                     )));
                 };
-                let k = k.reshape(&[b, t, kv_heads, d])?;
-                let v = v.reshape(&[b, t, kv_heads, d])?;
+                let k = k.reshape(&[b, len, kv_heads, d])?;
+                let v = v.reshape(&[b, len, kv_heads, d])?;
                 let k =
                     fast::rms_norm(&k, Some(k_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
                 let k = self.rope(&k, offset)?;
@@ -172,18 +172,18 @@ impl Attention {
         tuning: &Tuning,
     ) -> Result<(Array, Option<(Array, Array)>)> {
         let shape = queries.shape();
-        let (b, t) = (shape[0], shape[2]);
+        let (b, len) = (shape[0], shape[2]);
         let width = self.num_heads * self.head_dim;
-        let out = if t == 1 && mask.is_none() && !tuning.fused_single_query(self.head_dim) {
+        let out = if len == 1 && mask.is_none() && !tuning.fused_single_query(self.head_dim) {
             // One query per head, every key visible (the caches hand a single query exactly
             // what it may see).
             single_query_attention(queries, &keys, &values, tuning.decode_attention)?
-                .reshape(&[b, t, width])?
+                .reshape(&[b, len, width])?
         } else {
             let mask = mask.map(ScaledDotProductAttentionMask::Array);
             fast::scaled_dot_product_attention(queries, &keys, &values, 1.0, mask, None)?
                 .transpose_axes(&[0, 2, 1, 3])?
-                .reshape(&[b, t, width])?
+                .reshape(&[b, len, width])?
         };
         Ok((self.o_proj.forward(&out, tuning)?, Some((keys, values))))
     }

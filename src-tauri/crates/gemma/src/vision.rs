@@ -312,21 +312,16 @@ impl VisionTower {
 
     /// Projected features `[soft_tokens, text_hidden]` of one image (not scaled by √hidden).
     pub fn encode(&self, pixels: &Pixels<'_>) -> Result<Array> {
-        let (p, k) = (self.cfg.patch_size, self.cfg.pooling_kernel_size);
+        let patch = self.cfg.patch_size;
+        let cell = patch * self.cfg.pooling_kernel_size;
         let (h, w) = (pixels.height, pixels.width);
-        if h == 0
-            || w == 0
-            || h % (p * k) != 0
-            || w % (p * k) != 0
-            || pixels.data.len() != 3 * h * w
-        {
+        if h == 0 || w == 0 || h % cell != 0 || w % cell != 0 || pixels.data.len() != 3 * h * w {
             return Err(Error::Input(format!(
-                "image pixels must be [3, H, W] with H and W multiples of {}; got {} values for {h}×{w}",
-                p * k,
+                "image pixels must be [3, H, W] with H and W multiples of {cell}; got {} values for {h}×{w}",
                 pixels.data.len()
             )));
         }
-        let (ph, pw) = (h / p, w / p);
+        let (ph, pw) = (h / patch, w / patch);
         if ph.max(pw) > self.cfg.position_embedding_size {
             return Err(Error::Input(format!(
                 "image of {ph}×{pw} patches exceeds the position table"
@@ -346,12 +341,12 @@ impl VisionTower {
     /// Patchify (row-major patches; each patch ordered row, column, channel), map to [-1, 1],
     /// project, and add the learned column and row embeddings.
     fn embed_patches(&self, pixels: &Pixels<'_>, ph: usize, pw: usize) -> Result<Array> {
-        let p = self.cfg.patch_size as i32;
+        let patch = self.cfg.patch_size as i32;
         let img = Array::from_slice(pixels.data, &[3, pixels.height as i32, pixels.width as i32]);
         let patches = img
-            .reshape(&[3, ph as i32, p, pw as i32, p])?
+            .reshape(&[3, ph as i32, patch, pw as i32, patch])?
             .transpose_axes(&[1, 3, 2, 4, 0])?
-            .reshape(&[(ph * pw) as i32, 3 * p * p])?;
+            .reshape(&[(ph * pw) as i32, 3 * patch * patch])?;
         let patches = patches
             .subtract(Array::from_f32(0.5))?
             .multiply(Array::from_f32(2.0))?
