@@ -37,17 +37,6 @@ pub enum EngineError {
     Image(#[from] crate::image::ImageError),
 }
 
-/// Tokens of the warm-up's first message on this backend (see [`LoadedModel::warm_up_over`]):
-/// on a GPU the first use of a GEMM shape class loads its kernels, so the warm-up's follow-up
-/// attends a history of a real chat's length; on the CPU there is nothing of the kind to load.
-/// The measurements behind it are in `bench/results.md`.
-pub fn warm_up_history() -> usize {
-    match mlx_sys::FLAVOR {
-        "cpu" => 0,
-        _ => 2048,
-    }
-}
-
 /// Projected features of this many recent images stay cached (see [`FeatureCache`]).
 const IMAGE_FEATURES_KEPT: usize = 16;
 
@@ -185,13 +174,20 @@ impl LoadedModel {
         self.features.borrow().tower_runs()
     }
 
+    /// Tokens of the warm-up's first message, from the model's tuning: on a GPU the first use
+    /// of a GEMM shape class loads kernels (see "Why the defaults" in `bench/results.md`).
+    pub fn warm_up_history(&self) -> usize {
+        self.model.tuning().warm_up_history
+    }
+
     /// Runs a two-turn chat of two tokens per answer and throws it away, so that the user's
     /// first messages do not pay the backend's one-time work (kernels loaded or compiled on
     /// first use, compiled elementwise traces, the allocator's first buffers). It covers the
     /// three shapes a chat meets: a prefill from empty caches, decode steps, and a follow-up
-    /// prefill over a cached history of [`warm_up_history`] tokens. Leaves no state behind.
+    /// prefill over a cached history of [`Self::warm_up_history`] tokens. Leaves no state
+    /// behind.
     pub fn warm_up(&self) -> Result<(), EngineError> {
-        self.warm_up_over(warm_up_history(), &AtomicBool::new(false))
+        self.warm_up_over(self.warm_up_history(), &AtomicBool::new(false))
             .map(|_| ())
     }
 
@@ -458,7 +454,7 @@ fn run(
                 let stop = queue.warm_up_stop();
                 let _ = reply.send(result);
                 if let Some(m) = &loaded {
-                    if let Err(e) = m.warm_up_over(warm_up_history(), stop) {
+                    if let Err(e) = m.warm_up_over(m.warm_up_history(), stop) {
                         eprintln!("warm-up after loading {} failed: {e}", m.dir.display());
                     }
                 }

@@ -231,11 +231,11 @@ fn three_hundred_turns_leave_no_growth_and_no_leaks() {
         "threads and fds during the run"
     );
     // MLX gives every OS thread that uses it a stream thread of its own, which outlives it, and
-    // on the CPU each extra lane (`gemma::quant::cpu_lanes`) is another stream: one per lane per
+    // on the CPU each extra lane (`gemma::Tuning::cpu_lanes`) is another stream: one per lane per
     // engine thread, however many turns or model loads it ran. Nothing else may remain.
     assert_eq!(end.fds, before.fds, "fds once the engine is dropped");
     assert!(
-        end.threads <= before.threads + gemma::quant::cpu_lanes(),
+        end.threads <= before.threads + gemma::Tuning::for_backend().cpu_lanes,
         "{} threads once the engine is dropped, {} before it started",
         end.threads,
         before.threads

@@ -1,13 +1,16 @@
 //! Gemma 4 E4B on MLX: the model, knowing nothing of prompts, chats or windows.
 
+pub mod attention;
 pub mod cache;
 pub mod config;
+mod decoder;
 pub mod error;
 mod fused;
 pub mod layers;
 pub mod model;
 pub mod quant;
 pub mod text;
+pub mod tuning;
 pub mod vision;
 pub mod weights;
 
@@ -16,4 +19,5 @@ pub use config::Config;
 pub use error::{Error, Result};
 pub use model::{LoadOptions, Model};
 pub use text::MediaFeatures;
+pub use tuning::Tuning;
 pub use vision::{Pixels, VisionTower};

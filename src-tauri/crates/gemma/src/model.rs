@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::layers::{layer_table, KvSource, LayerSpec};
 use crate::text::{MediaFeatures, TextModel};
+use crate::tuning::Tuning;
 use crate::vision::VisionTower;
 use crate::weights::WeightStore;
 
@@ -21,6 +22,8 @@ pub struct LoadOptions {
     /// Store K/V quantized as the checkpoint's `kv_config.json` says (OptiQ), when it has one.
     /// Off by default: the reference ignores that file.
     pub kv_quantization: bool,
+    /// Kernel choices and parallelism; defaults to [`Tuning::for_backend`].
+    pub tuning: Tuning,
 }
 
 /// A loaded Gemma 4 model.
@@ -29,6 +32,7 @@ pub struct Model {
     table: Vec<LayerSpec>,
     text: TextModel,
     vision: Option<VisionTower>,
+    tuning: Tuning,
 }
 
 impl Model {
@@ -58,10 +62,11 @@ impl Model {
             .map(|l| l.index)
             .collect();
         store.ignore_where(|name| is_unused(name, &shared));
-        let text = TextModel::load(&mut store, &config, &table, dtype)?;
-        let vision = VisionTower::load(&mut store, &config, dtype)?;
+        // Missing or wrong tensors stand in as zeros until `finish` reports them all at once.
+        let root = store.root(&config.quantization, dtype);
+        let text = TextModel::load(&root, &config, &table)?;
+        let vision = VisionTower::load(&root, &config, options.tuning)?;
         store.finish()?;
-        let text = text.ok_or_else(|| Error::Tensors("the language model is incomplete".into()))?;
         // Read every weight now (one pass over the files, casts done once), so that the first
         // request pays no loading and no source copy of a cast weight stays alive.
         let mut arrays = text.arrays();
@@ -74,7 +79,13 @@ impl Model {
             table,
             text,
             vision,
+            tuning: options.tuning,
         })
+    }
+
+    /// The backend tuning this model runs with.
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
     }
 
     /// The checkpoint's configuration.
@@ -130,7 +141,8 @@ impl Model {
         }
         let placeholders = self.text.has_placeholders(ids);
         let ids = Array::from_slice(ids, &[ids.len() as i32]);
-        self.text.forward(&ids, media, caches, keep, placeholders)
+        self.text
+            .forward(&ids, media, caches, keep, placeholders, &self.tuning)
     }
 
     /// Forward over device-resident ids (`[T]` integers, e.g. the token just sampled), without
@@ -141,7 +153,8 @@ impl Model {
         caches: &mut [KvCache],
         keep: Option<usize>,
     ) -> Result<Array> {
-        self.text.forward(ids, &[], caches, keep, false)
+        self.text
+            .forward(ids, &[], caches, keep, false, &self.tuning)
     }
 }
 

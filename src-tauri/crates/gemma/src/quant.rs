@@ -2,15 +2,16 @@
 //! `<path>.scales` exists; bits and group size come from the config's per-module entry, else the
 //! default, and must agree with the tensor shapes.
 
-use std::sync::OnceLock;
+use std::cell::RefCell;
 
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{concatenate, dequantize, quantized_matmul, zeros_dtype};
-use mlx_rs::{with_stream, Array, Device, Dtype, Stream};
+use mlx_rs::{with_stream, Array, Device, Stream};
 
-use crate::config::{QuantSpec, Quantization};
+use crate::config::QuantSpec;
 use crate::error::Result;
-use crate::weights::{to_dtype, DtypeClass, WeightStore};
+use crate::tuning::Tuning;
+use crate::weights::{DtypeClass, Weights};
 
 /// A bias-free linear layer `y = x · Wᵀ`.
 pub enum Linear {
@@ -25,55 +26,13 @@ pub enum Linear {
     },
 }
 
-/// Loads `<path>` with logical shape `[out, inp]` (dense or quantized). `None` = a problem was recorded.
-pub fn load_linear(
-    store: &mut WeightStore,
-    quant: &Quantization,
-    path: &str,
-    out: usize,
-    inp: usize,
-    dtype: Dtype,
-) -> Result<Option<Linear>> {
-    let scales_name = format!("{path}.scales");
-    if !store.contains(&scales_name) {
-        let Some(weight) = store.take(&format!("{path}.weight"), &[out, inp], DtypeClass::Float)
-        else {
-            return Ok(None);
-        };
-        return Ok(Some(Linear::Dense {
-            weight: to_dtype(weight, dtype)?,
-        }));
-    }
-    let Some(spec) = quant_spec(store, quant, path, inp) else {
-        return Ok(None);
-    };
-    let packed = inp * spec.bits as usize / 32;
-    let groups = inp / spec.group_size as usize;
-    let weight = store.take(&format!("{path}.weight"), &[out, packed], DtypeClass::U32);
-    let scales = store.take(&scales_name, &[out, groups], DtypeClass::Float);
-    let biases = store.take(&format!("{path}.biases"), &[out, groups], DtypeClass::Float);
-    let (Some(weight), Some(scales), Some(biases)) = (weight, scales, biases) else {
-        return Ok(None);
-    };
-    Ok(Some(Linear::Quantized {
-        weight,
-        scales: to_dtype(scales, dtype)?,
-        biases: to_dtype(biases, dtype)?,
-        spec,
-    }))
-}
-
 /// Bits and group size of a quantized module: from the config, checked against (or, when the
 /// config is silent, derived from) the shapes of `.weight` and `.scales`.
-fn quant_spec(
-    store: &mut WeightStore,
-    quant: &Quantization,
-    path: &str,
-    inp: usize,
-) -> Option<QuantSpec> {
+fn quant_spec(weights: &Weights<'_>, inp: usize) -> Option<QuantSpec> {
+    let path = weights.path();
     let from_shapes = || -> Option<QuantSpec> {
-        let packed = *store.shape(&format!("{path}.weight"))?.last()?;
-        let groups = *store.shape(&format!("{path}.scales"))?.last()?;
+        let packed = *weights.shape("weight")?.last()?;
+        let groups = *weights.shape("scales")?.last()?;
         if packed == 0
             || groups == 0
             || !inp.is_multiple_of(groups)
@@ -86,20 +45,20 @@ fn quant_spec(
             group_size: (inp / groups) as i32,
         })
     };
-    match (quant.for_module(path), from_shapes()) {
+    match (weights.quantization().for_module(path), from_shapes()) {
         (Some(spec), _) if [2, 3, 4, 5, 6, 8].contains(&spec.bits) && spec.group_size > 0 => {
             Some(spec)
         }
         (None, Some(spec)) => Some(spec),
         (Some(spec), _) => {
-            store.problem(format!(
+            weights.problem(format!(
                 "{path}: unsupported quantization {} bits, group {}",
                 spec.bits, spec.group_size
             ));
             None
         }
         (None, None) => {
-            store.problem(format!(
+            weights.problem(format!(
                 "{path}: quantized tensors whose shapes fit no bits/group size"
             ));
             None
@@ -108,6 +67,30 @@ fn quant_spec(
 }
 
 impl Linear {
+    /// Loads the module at `weights` with logical shape `[out, inp]`, dense or quantized; a
+    /// problem is recorded in the store and the layer stands in as zeros.
+    pub fn load(weights: &Weights<'_>, out: usize, inp: usize) -> Result<Self> {
+        if !weights.contains("scales") {
+            return Ok(Linear::Dense {
+                weight: weights.float("weight", &[out, inp])?,
+            });
+        }
+        let Some(spec) = quant_spec(weights, inp) else {
+            // The module's tensors stay untaken: they are reported as unexpected too.
+            return Ok(Linear::Dense {
+                weight: weights.placeholder(&[out, inp], DtypeClass::Float)?,
+            });
+        };
+        let packed = inp * spec.bits as usize / 32;
+        let groups = inp / spec.group_size as usize;
+        Ok(Linear::Quantized {
+            weight: weights.take("weight", &[out, packed], DtypeClass::U32)?,
+            scales: weights.float("scales", &[out, groups])?,
+            biases: weights.float("biases", &[out, groups])?,
+            spec,
+        })
+    }
+
     /// The layer's weight arrays (to evaluate them at load).
     pub fn arrays(&self) -> Vec<&Array> {
         match self {
@@ -122,13 +105,16 @@ impl Linear {
     }
 
     /// Applies the layer to `x` (`[..., in]` → `[..., out]`). A quantized layer given at least as
-    /// many rows as [`dense_from`] names for this backend and dtype dequantizes its weights and
-    /// runs a dense matmul (the same values up to rounding, through a faster kernel there).
-    pub fn forward(&self, x: &Array) -> Result<Array> {
-        let dense = dense_from(x.dtype()).is_some_and(|min| rows(x) >= min);
-        match dense_bucket() {
-            Some(bucket) if dense => self.forward_dense_padded(x, bucket),
-            _ => self.product_on_lanes(x, dense),
+    /// many rows as `tuning.dense_from` names for `x`'s dtype dequantizes its weights and runs
+    /// a dense matmul (the same values up to rounding, through a faster kernel there).
+    pub fn forward(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
+        let dense = tuning
+            .dense_from
+            .rows(x.dtype())
+            .is_some_and(|min| rows(x) >= min);
+        match tuning.dense_bucket() {
+            Some(bucket) if dense => self.forward_dense_padded(x, bucket, tuning.cpu_lanes),
+            _ => self.product_on_lanes(x, dense, tuning.cpu_lanes),
         }
     }
 
@@ -136,32 +122,33 @@ impl Linear {
     /// multiple of `bucket` (their outputs dropped): prefills of different lengths then share
     /// the dense matmul's shapes, and what a backend does once per shape (CUDA: cuBLAS kernel
     /// selection and loading, graph instantiation) is paid once per bucket.
-    pub fn forward_dense_padded(&self, x: &Array, bucket: usize) -> Result<Array> {
+    pub fn forward_dense_padded(&self, x: &Array, bucket: usize, lanes: usize) -> Result<Array> {
         let (n, bucket) = (rows(x), bucket.max(1));
         let padded = n.div_ceil(bucket) * bucket;
         if padded == n || matches!(self, Linear::Dense { .. }) {
-            return self.product_on_lanes(x, true);
+            return self.product_on_lanes(x, true, lanes);
         }
         let shape = x.shape();
         let inp = shape[shape.len() - 1];
         let zeros = zeros_dtype(&[(padded - n) as i32, inp], x.dtype())?;
         let rows_in = concatenate(&[x.reshape(&[n as i32, inp])?, zeros], 0)?;
-        let out = self.product_on_lanes(&rows_in, true)?;
+        let out = self.product_on_lanes(&rows_in, true, lanes)?;
         let mut out_shape = shape[..shape.len() - 1].to_vec();
         out_shape.push(out.shape()[1]);
         Ok(out.index(..n as i32).reshape(&out_shape)?)
     }
 
     /// Applies the layer to `x` with its weights as stored: MLX's quantized matmul for a
-    /// quantized layer, whatever the number of rows.
-    pub fn forward_as_stored(&self, x: &Array) -> Result<Array> {
-        self.product_on_lanes(x, false)
+    /// quantized layer, whatever the number of rows, its output rows shared among `lanes`.
+    pub fn forward_as_stored(&self, x: &Array, lanes: usize) -> Result<Array> {
+        self.product_on_lanes(x, false, lanes)
     }
 
     /// The layer's product: a dense layer's matmul, or a quantized layer's (through its
-    /// dequantized weights when `dense`) with its output rows shared among the CPU lanes (see
-    /// [`LANES`]; the same values as in one piece: each output column is computed alone).
-    fn product_on_lanes(&self, x: &Array, dense: bool) -> Result<Array> {
+    /// dequantized weights when `dense`) with its output rows shared among `lanes` CPU lanes
+    /// (see [`EXTRA_LANES`]; the same values as in one piece: each output column is computed
+    /// alone).
+    fn product_on_lanes(&self, x: &Array, dense: bool, lanes: usize) -> Result<Array> {
         let (weight, scales, biases, spec) = match self {
             Linear::Dense { weight } => return Ok(x.matmul(weight.transpose()?)?),
             Linear::Quantized {
@@ -178,11 +165,14 @@ impl Linear {
                 quantized_matmul(x, w, s, b, true, spec.group_size, spec.bits)?
             })
         };
-        LANES.with(|lanes| {
-            let out = weight.shape()[0];
-            let parts = lanes.len() as i32 + 1;
-            if parts == 1 || out < parts * MIN_ROWS_PER_LANE {
-                return product(weight, scales, biases);
+        let out = weight.shape()[0];
+        let parts = lanes.max(1) as i32;
+        if parts == 1 || out < parts * MIN_ROWS_PER_LANE {
+            return product(weight, scales, biases);
+        }
+        EXTRA_LANES.with_borrow_mut(|extra| {
+            while extra.len() + 1 < parts as usize {
+                extra.push(Stream::new_with_device(&Device::cpu()));
             }
             let step = (out + parts - 1) / parts;
             let mut outputs = Vec::with_capacity(parts as usize);
@@ -195,7 +185,7 @@ impl Linear {
                 );
                 outputs.push(match lane {
                     0 => product(&w, &s, &b)?,
-                    n => with_stream(&lanes[n - 1], || product(&w, &s, &b))?,
+                    n => with_stream(&extra[n - 1], || product(&w, &s, &b))?,
                 });
             }
             Ok(concatenate(&outputs, -1)?)
@@ -207,34 +197,11 @@ impl Linear {
 const MIN_ROWS_PER_LANE: i32 = 256;
 
 thread_local! {
-    /// On MLX's CPU backend, extra streams of the CPU device: MLX runs each stream's operations
-    /// on a thread of its own, and its CPU quantized matmul (and dequantize) use one thread, so a
+    /// Extra streams of the CPU device, made on first use: MLX runs each stream's operations on
+    /// a thread of its own, and its CPU quantized matmul (and dequantize) use one thread, so a
     /// layer's output rows split among the calling thread's default stream and these run on as
-    /// many cores ([`cpu_lanes`] in all). None on a GPU, where one stream fills the device.
-    static LANES: Vec<Stream> = (1..cpu_lanes())
-        .map(|_| Stream::new_with_device(&Device::cpu()))
-        .collect();
-}
-
-static CPU_LANES: OnceLock<usize> = OnceLock::new();
-
-/// Sets, for this process, how many lanes (≥ 1) a quantized layer's rows are shared among on
-/// MLX's CPU backend, in place of [`cpu_lanes`]' default; before the first forward pass. For
-/// benchmarks; only the first call counts (false after it).
-pub fn set_cpu_lanes(lanes: usize) -> bool {
-    CPU_LANES.set(lanes.max(1)).is_ok()
-}
-
-/// Lanes a quantized layer's output rows are shared among: on MLX's CPU backend one per core,
-/// at most 4; 1 (no sharing) on a GPU.
-pub fn cpu_lanes() -> usize {
-    if let Some(lanes) = CPU_LANES.get() {
-        return *lanes;
-    }
-    match mlx_sys::FLAVOR {
-        "cpu" => std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
-        _ => 1,
-    }
+    /// many cores. Only a [`Tuning`] of more than one lane (MLX's CPU backend) uses them.
+    static EXTRA_LANES: RefCell<Vec<Stream>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Input rows of `x` (`[..., in]`): the product of its leading dimensions.
@@ -244,53 +211,6 @@ fn rows(x: &Array) -> usize {
         .iter()
         .map(|&d| d.max(0) as usize)
         .product()
-}
-
-static DENSE_FROM: OnceLock<Option<usize>> = OnceLock::new();
-static DENSE_BUCKET: OnceLock<Option<usize>> = OnceLock::new();
-
-/// Sets, for this process, the row multiple the dense path pads its input to (`None`: no
-/// padding, the default; see [`Linear::forward_dense_padded`]). For benchmarks; only the first
-/// call counts (false after it).
-pub fn set_dense_bucket(rows: Option<usize>) -> bool {
-    DENSE_BUCKET.set(rows.filter(|&r| r > 1)).is_ok()
-}
-
-/// The row multiple the dense path pads its input to, if any.
-pub fn dense_bucket() -> Option<usize> {
-    DENSE_BUCKET.get().copied().flatten()
-}
-
-/// Sets, for this process, the input row count from which quantized layers run as dequantize +
-/// dense matmul (`None`: never), in place of the measured default of [`dense_from`]. For
-/// benchmarks comparing the two kernels; only the first call counts (false after it).
-pub fn set_dense_from(rows: Option<usize>) -> bool {
-    DENSE_FROM.set(rows).is_ok()
-}
-
-/// The input row count from which a quantized layer of activations in `dtype` is faster as
-/// dequantize + dense matmul than as MLX's quantized matmul, on this MLX build (measured, MLX
-/// 0.32.2, E4B layer shapes). The CPU's quantized matmul runs on one thread and accumulates in
-/// the activation dtype: a 38-row 2560 → 2048 layer takes 1.94 s in bf16 (9.0 s in f16) against
-/// 135 ms (233 ms) dequantized, with a 24× smaller error; one bf16 row is a little faster
-/// quantized (62 against 71 ms); in float32 the two are level from ~38 rows and the quantized
-/// one is faster below. On CUDA (H200, full-size E4B) MLX takes its sm80 quantized GEMM for
-/// group size 64, whose 64-row tile makes 38 rows cost what 64 do: dequantized, a 512-token
-/// prefill takes 19–21 ms against 34–35 and a 38-token one 15–18 against 20–21, but each new row
-/// count's first dense prefill pays ~20 ms of one-time work, so a chat's follow-up (each turn a
-/// new count, usually short) got slower (first follow-up 46–69 ms against 33–41); from 128 rows
-/// the gain outweighs it (follow-up unchanged, 512 tokens and images faster). Metal's quantized
-/// kernels are MLX's tuned path: unchanged there.
-pub fn dense_from(dtype: Dtype) -> Option<usize> {
-    if let Some(rows) = DENSE_FROM.get() {
-        return *rows;
-    }
-    match (mlx_sys::FLAVOR, dtype) {
-        ("cpu", Dtype::Bfloat16) => Some(2),
-        ("cpu", Dtype::Float16) => Some(1),
-        (cuda, _) if cuda.starts_with("cuda") => Some(128),
-        _ => None,
-    }
 }
 
 /// Linear layers of the same input. When they share their kind and quantization, their rows
@@ -370,20 +290,20 @@ impl SideBySide {
     }
 
     /// The outputs side by side (`[..., Σ out]`), when the layers were fused.
-    pub fn forward_joined(&self, x: &Array) -> Result<Option<Array>> {
+    pub fn forward_joined(&self, x: &Array, tuning: &Tuning) -> Result<Option<Array>> {
         match self {
-            SideBySide::Fused { linear, .. } => Ok(Some(linear.forward(x)?)),
+            SideBySide::Fused { linear, .. } => Ok(Some(linear.forward(x, tuning)?)),
             SideBySide::Separate(_) => Ok(None),
         }
     }
 
     /// Every layer's output, in order.
-    pub fn forward(&self, x: &Array) -> Result<Vec<Array>> {
+    pub fn forward(&self, x: &Array, tuning: &Tuning) -> Result<Vec<Array>> {
         match self {
             SideBySide::Fused { linear, splits } => {
-                Ok(linear.forward(x)?.split_at_indices(splits, -1)?)
+                Ok(linear.forward(x, tuning)?.split_at_indices(splits, -1)?)
             }
-            SideBySide::Separate(parts) => parts.iter().map(|l| l.forward(x)).collect(),
+            SideBySide::Separate(parts) => parts.iter().map(|l| l.forward(x, tuning)).collect(),
         }
     }
 
@@ -402,16 +322,11 @@ pub struct Embedding {
 }
 
 impl Embedding {
-    /// Loads `<path>` with logical shape `[vocab, dim]`.
-    pub fn load(
-        store: &mut WeightStore,
-        quant: &Quantization,
-        path: &str,
-        vocab: usize,
-        dim: usize,
-        dtype: Dtype,
-    ) -> Result<Option<Self>> {
-        Ok(load_linear(store, quant, path, vocab, dim, dtype)?.map(|table| Self { table }))
+    /// Loads the table at `weights` with logical shape `[vocab, dim]`.
+    pub fn load(weights: &Weights<'_>, vocab: usize, dim: usize) -> Result<Self> {
+        Ok(Self {
+            table: Linear::load(weights, vocab, dim)?,
+        })
     }
 
     /// Rows of `ids` (any shape of integer ids) → `[..., dim]`. Only the gathered rows of a
@@ -439,8 +354,8 @@ impl Embedding {
     }
 
     /// The table as a linear layer (the tied LM head): `[..., dim]` → `[..., vocab]`.
-    pub fn as_linear(&self, x: &Array) -> Result<Array> {
+    pub fn as_linear(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
         // Quantized whatever the rows: the dense table would be vocab × dim (1.3 GB for E4B).
-        self.table.forward_as_stored(x)
+        self.table.forward_as_stored(x, tuning.cpu_lanes)
     }
 }

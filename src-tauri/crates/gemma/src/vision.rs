@@ -10,39 +10,226 @@ use mlx_rs::{Array, Dtype};
 use crate::config::{Config, VisionConfig};
 use crate::error::{Error, Result};
 use crate::fused::geglu;
-use crate::quant::{load_linear, Linear};
+use crate::quant::Linear;
 use crate::text::scalar;
-use crate::weights::WeightStore;
+use crate::tuning::Tuning;
+use crate::weights::Weights;
 
 /// A linear layer whose input and output are clamped to bounds stored in the checkpoint.
 struct ClippedLinear {
     linear: Linear,
-    bounds: Option<[Array; 4]>, // input_min, input_max, output_min, output_max
+    bounds: Option<Bounds>,
+}
+
+/// A clipped linear's bounds, named as the checkpoint names them.
+struct Bounds {
+    input_min: Array,
+    input_max: Array,
+    output_min: Array,
+    output_max: Array,
 }
 
 impl ClippedLinear {
-    fn forward(&self, x: &Array) -> Result<Array> {
+    /// Loads `<path>.linear` and, when the config clips, the four scalar bounds.
+    fn load(weights: &Weights<'_>, out: usize, inp: usize, clipped: bool) -> Result<Self> {
+        let linear = Linear::load(&weights.at("linear"), out, inp)?;
+        let bounds = if clipped {
+            Some(Bounds {
+                input_min: weights.float("input_min", &[])?,
+                input_max: weights.float("input_max", &[])?,
+                output_min: weights.float("output_min", &[])?,
+                output_max: weights.float("output_max", &[])?,
+            })
+        } else {
+            None
+        };
+        Ok(Self { linear, bounds })
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        let mut out = self.linear.arrays();
+        if let Some(b) = &self.bounds {
+            out.extend([&b.input_min, &b.input_max, &b.output_min, &b.output_max]);
+        }
+        out
+    }
+
+    fn forward(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
         match &self.bounds {
-            None => self.linear.forward(x),
-            Some([in_min, in_max, out_min, out_max]) => {
-                let x = clip(x, (in_min, in_max))?;
-                Ok(clip(self.linear.forward(&x)?, (out_min, out_max))?)
+            None => self.linear.forward(x, tuning),
+            Some(b) => {
+                let x = clip(x, (&b.input_min, &b.input_max))?;
+                Ok(clip(
+                    self.linear.forward(&x, tuning)?,
+                    (&b.output_min, &b.output_max),
+                )?)
             }
         }
     }
 }
 
-struct EncoderLayer {
-    q: ClippedLinear,
-    k: ClippedLinear,
-    v: ClippedLinear,
-    o: ClippedLinear,
+/// An encoder layer's bidirectional attention with 2-D RoPE (`self_attn`).
+struct VisionAttention {
+    q_proj: ClippedLinear,
+    k_proj: ClippedLinear,
+    v_proj: ClippedLinear,
+    o_proj: ClippedLinear,
     q_norm: Array,
     k_norm: Array,
-    gate: ClippedLinear,
-    up: ClippedLinear,
-    down: ClippedLinear,
-    norms: [Array; 4], // input, post_attention, pre_feedforward, post_feedforward
+    num_heads: i32,
+    head_dim: i32,
+    eps: f32,
+}
+
+impl VisionAttention {
+    fn arrays(&self) -> Vec<&Array> {
+        let mut out = Vec::new();
+        for linear in [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj] {
+            out.extend(linear.arrays());
+        }
+        out.extend([&self.q_norm, &self.k_norm]);
+        out
+    }
+
+    fn forward(&self, x: &Array, cos: &Array, sin: &Array, tuning: &Tuning) -> Result<Array> {
+        let len = x.shape()[1];
+        let (heads, d, eps) = (self.num_heads, self.head_dim, self.eps);
+        let split = |a: Array| a.reshape(&[1, len, heads, d]);
+        let queries = float32_rms(
+            &split(self.q_proj.forward(x, tuning)?)?,
+            Some(&self.q_norm),
+            eps,
+        )?;
+        let keys = float32_rms(
+            &split(self.k_proj.forward(x, tuning)?)?,
+            Some(&self.k_norm),
+            eps,
+        )?;
+        let values = float32_rms(&split(self.v_proj.forward(x, tuning)?)?, None, eps)?;
+        let queries = rope_2d(&queries, cos, sin, d)?.transpose_axes(&[0, 2, 1, 3])?;
+        let keys = rope_2d(&keys, cos, sin, d)?.transpose_axes(&[0, 2, 1, 3])?;
+        let values = values.transpose_axes(&[0, 2, 1, 3])?;
+        // Bidirectional over the image's patches: nothing is masked.
+        let out = fast::scaled_dot_product_attention(
+            &queries,
+            &keys,
+            &values,
+            1.0,
+            None::<ScaledDotProductAttentionMask>,
+            None,
+        )?;
+        self.o_proj.forward(
+            &out.transpose_axes(&[0, 2, 1, 3])?
+                .reshape(&[1, len, heads * d])?,
+            tuning,
+        )
+    }
+}
+
+/// An encoder layer's GeGLU feed-forward block (`mlp`).
+struct VisionMlp {
+    gate_proj: ClippedLinear,
+    up_proj: ClippedLinear,
+    down_proj: ClippedLinear,
+}
+
+impl VisionMlp {
+    fn arrays(&self) -> Vec<&Array> {
+        [&self.gate_proj, &self.up_proj, &self.down_proj]
+            .into_iter()
+            .flat_map(ClippedLinear::arrays)
+            .collect()
+    }
+
+    fn forward(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
+        let gated = geglu(
+            &self.gate_proj.forward(x, tuning)?,
+            &self.up_proj.forward(x, tuning)?,
+        )?;
+        self.down_proj.forward(&gated, tuning)
+    }
+}
+
+/// One encoder layer (`vision_tower.encoder.layers.N`).
+struct EncoderLayer {
+    self_attn: VisionAttention,
+    mlp: VisionMlp,
+    input_layernorm: Array,
+    post_attention_layernorm: Array,
+    pre_feedforward_layernorm: Array,
+    post_feedforward_layernorm: Array,
+    eps: f32,
+}
+
+impl EncoderLayer {
+    fn load(weights: &Weights<'_>, cfg: &VisionConfig) -> Result<Self> {
+        let (d, inner) = (cfg.hidden_size, cfg.intermediate_size);
+        let width = cfg.num_attention_heads * cfg.head_dim;
+        let clipped = cfg.use_clipped_linears;
+        let linear = |name: &str, out: usize, inp: usize| {
+            ClippedLinear::load(&weights.at(name), out, inp, clipped)
+        };
+        let q_proj = linear("self_attn.q_proj", width, d)?;
+        let k_proj = linear("self_attn.k_proj", width, d)?;
+        let v_proj = linear("self_attn.v_proj", width, d)?;
+        let o_proj = linear("self_attn.o_proj", d, width)?;
+        let mlp = VisionMlp {
+            gate_proj: linear("mlp.gate_proj", inner, d)?,
+            up_proj: linear("mlp.up_proj", inner, d)?,
+            down_proj: linear("mlp.down_proj", d, inner)?,
+        };
+        let norm = |name: &str, dim: usize| weights.float(&format!("{name}.weight"), &[dim]);
+        let self_attn = VisionAttention {
+            q_proj,
+            k_proj,
+            v_proj,
+            o_proj,
+            q_norm: norm("self_attn.q_norm", cfg.head_dim)?,
+            k_norm: norm("self_attn.k_norm", cfg.head_dim)?,
+            num_heads: cfg.num_attention_heads as i32,
+            head_dim: cfg.head_dim as i32,
+            eps: cfg.rms_norm_eps,
+        };
+        Ok(Self {
+            self_attn,
+            mlp,
+            input_layernorm: norm("input_layernorm", d)?,
+            post_attention_layernorm: norm("post_attention_layernorm", d)?,
+            pre_feedforward_layernorm: norm("pre_feedforward_layernorm", d)?,
+            post_feedforward_layernorm: norm("post_feedforward_layernorm", d)?,
+            eps: cfg.rms_norm_eps,
+        })
+    }
+
+    fn arrays(&self) -> Vec<&Array> {
+        let mut out = self.self_attn.arrays();
+        out.extend(self.mlp.arrays());
+        out.extend([
+            &self.input_layernorm,
+            &self.post_attention_layernorm,
+            &self.pre_feedforward_layernorm,
+            &self.post_feedforward_layernorm,
+        ]);
+        out
+    }
+
+    fn forward(&self, x: &Array, cos: &Array, sin: &Array, tuning: &Tuning) -> Result<Array> {
+        let eps = self.eps;
+        let normed = fast::rms_norm(x, Some(&self.input_layernorm), eps)?;
+        let attn = self.self_attn.forward(&normed, cos, sin, tuning)?;
+        let h = x.add(fast::rms_norm(
+            &attn,
+            Some(&self.post_attention_layernorm),
+            eps,
+        )?)?;
+        let normed = fast::rms_norm(&h, Some(&self.pre_feedforward_layernorm), eps)?;
+        let mlp = self.mlp.forward(&normed, tuning)?;
+        Ok(h.add(fast::rms_norm(
+            &mlp,
+            Some(&self.post_feedforward_layernorm),
+            eps,
+        )?)?)
+    }
 }
 
 /// The vision tower plus `embed_vision`.
@@ -54,6 +241,7 @@ pub struct VisionTower {
     layers: Vec<EncoderLayer>,
     projection: Linear,
     text_eps: f32,
+    tuning: Tuning,
 }
 
 /// Pixels of one preprocessed image: `[3, height, width]` float32 in [0, 1], both sides
@@ -65,8 +253,9 @@ pub struct Pixels<'a> {
 }
 
 impl VisionTower {
-    /// Loads `vision_tower.*` and `embed_vision.*`; `None` when tensors were missing or wrong.
-    pub fn load(store: &mut WeightStore, config: &Config, dtype: Dtype) -> Result<Option<Self>> {
+    /// Loads `vision_tower.*` and `embed_vision.*`; `None` when the config has no vision tower.
+    /// What is missing or wrong is recorded in the store and stands in as zeros.
+    pub fn load(root: &Weights<'_>, config: &Config, tuning: Tuning) -> Result<Option<Self>> {
         let Some(cfg) = config.vision.clone() else {
             return Ok(None);
         };
@@ -75,54 +264,32 @@ impl VisionTower {
                 "vision standardization (Gemma 4 26B/31B towers)".into(),
             ));
         }
-        let q = &config.quantization;
         let d = cfg.hidden_size;
         let patch_dim = 3 * cfg.patch_size * cfg.patch_size;
-        let input_proj = load_linear(
-            store,
-            q,
-            "vision_tower.patch_embedder.input_proj",
-            d,
-            patch_dim,
-            dtype,
-        )?;
-        let position_table = store.take_float(
-            "vision_tower.patch_embedder.position_embedding_table",
+        let tower = root.at("vision_tower");
+        let patch_embedder = tower.at("patch_embedder");
+        let input_proj = Linear::load(&patch_embedder.at("input_proj"), d, patch_dim)?;
+        let position_table = patch_embedder.float(
+            "position_embedding_table",
             &[2, cfg.position_embedding_size, d],
-            dtype,
         )?;
-        let mut layers = Vec::new();
-        let mut complete = true;
-        for i in 0..cfg.num_hidden_layers {
-            match load_layer(store, config, &cfg, i, dtype)? {
-                Some(l) => layers.push(l),
-                None => complete = false,
-            }
-        }
-        let projection = load_linear(
-            store,
-            q,
-            "embed_vision.embedding_projection",
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| EncoderLayer::load(&tower.at(&format!("encoder.layers.{i}")), &cfg))
+            .collect::<Result<Vec<_>>>()?;
+        let projection = Linear::load(
+            &root.at("embed_vision.embedding_projection"),
             config.text.hidden_size,
             d,
-            dtype,
         )?;
-        let (Some(input_proj), Some(position_table), Some(projection)) =
-            (input_proj, position_table, projection)
-        else {
-            return Ok(None);
-        };
-        if !complete {
-            return Ok(None);
-        }
         Ok(Some(Self {
             text_eps: config.text.rms_norm_eps,
             cfg,
-            dtype,
+            dtype: root.dtype(),
             input_proj,
             position_table,
             layers,
             projection,
+            tuning,
         }))
     }
 
@@ -130,13 +297,8 @@ impl VisionTower {
     pub fn arrays(&self) -> Vec<&Array> {
         let mut out = self.input_proj.arrays();
         out.push(&self.position_table);
-        for l in &self.layers {
-            for c in [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down] {
-                out.extend(c.linear.arrays());
-                out.extend(c.bounds.iter().flatten());
-            }
-            out.extend([&l.q_norm, &l.k_norm]);
-            out.extend(&l.norms);
+        for layer in &self.layers {
+            out.extend(layer.arrays());
         }
         out.extend(self.projection.arrays());
         out
@@ -150,21 +312,16 @@ impl VisionTower {
 
     /// Projected features `[soft_tokens, text_hidden]` of one image (not scaled by √hidden).
     pub fn encode(&self, pixels: &Pixels<'_>) -> Result<Array> {
-        let (p, k) = (self.cfg.patch_size, self.cfg.pooling_kernel_size);
+        let patch = self.cfg.patch_size;
+        let cell = patch * self.cfg.pooling_kernel_size;
         let (h, w) = (pixels.height, pixels.width);
-        if h == 0
-            || w == 0
-            || h % (p * k) != 0
-            || w % (p * k) != 0
-            || pixels.data.len() != 3 * h * w
-        {
+        if h == 0 || w == 0 || h % cell != 0 || w % cell != 0 || pixels.data.len() != 3 * h * w {
             return Err(Error::Input(format!(
-                "image pixels must be [3, H, W] with H and W multiples of {}; got {} values for {h}×{w}",
-                p * k,
+                "image pixels must be [3, H, W] with H and W multiples of {cell}; got {} values for {h}×{w}",
                 pixels.data.len()
             )));
         }
-        let (ph, pw) = (h / p, w / p);
+        let (ph, pw) = (h / patch, w / patch);
         if ph.max(pw) > self.cfg.position_embedding_size {
             return Err(Error::Input(format!(
                 "image of {ph}×{pw} patches exceeds the position table"
@@ -174,27 +331,27 @@ impl VisionTower {
         let (cos, sin) = self.rope_tables(ph, pw)?;
         let mut x = x;
         for layer in &self.layers {
-            x = self.layer_forward(layer, &x, &cos, &sin)?;
+            x = layer.forward(&x, &cos, &sin, &self.tuning)?;
         }
         let pooled = self.pool(&x, ph, pw)?;
         let normed = fast::rms_norm(&pooled, None, self.text_eps)?;
-        self.projection.forward(&normed)
+        self.projection.forward(&normed, &self.tuning)
     }
 
     /// Patchify (row-major patches; each patch ordered row, column, channel), map to [-1, 1],
     /// project, and add the learned column and row embeddings.
     fn embed_patches(&self, pixels: &Pixels<'_>, ph: usize, pw: usize) -> Result<Array> {
-        let p = self.cfg.patch_size as i32;
+        let patch = self.cfg.patch_size as i32;
         let img = Array::from_slice(pixels.data, &[3, pixels.height as i32, pixels.width as i32]);
         let patches = img
-            .reshape(&[3, ph as i32, p, pw as i32, p])?
+            .reshape(&[3, ph as i32, patch, pw as i32, patch])?
             .transpose_axes(&[1, 3, 2, 4, 0])?
-            .reshape(&[(ph * pw) as i32, 3 * p * p])?;
+            .reshape(&[(ph * pw) as i32, 3 * patch * patch])?;
         let patches = patches
             .subtract(Array::from_f32(0.5))?
             .multiply(Array::from_f32(2.0))?
             .as_dtype(self.dtype)?;
-        let x = self.input_proj.forward(&patches)?;
+        let x = self.input_proj.forward(&patches, &self.tuning)?;
         let cols: Vec<i32> = (0..ph * pw).map(|i| (i % pw) as i32).collect();
         let rows: Vec<i32> = (0..ph * pw).map(|i| (i / pw) as i32).collect();
         let col_table = self.position_table.index(0);
@@ -247,66 +404,6 @@ impl VisionTower {
         Ok((cos, sin))
     }
 
-    /// Rotate-half within each spatial half of the head: `[-x2, x1]` per half.
-    fn rope(&self, x: &Array, cos: &Array, sin: &Array) -> Result<Array> {
-        let half = (self.cfg.head_dim / 2) as i32;
-        let quarter = half / 2;
-        let mut rotated = Vec::with_capacity(4);
-        for start in [0, half] {
-            let x1 = x.index((.., .., .., start..start + quarter));
-            let x2 = x.index((.., .., .., start + quarter..start + half));
-            rotated.push(x2.negative()?);
-            rotated.push(x1);
-        }
-        Ok(x.multiply(cos)?
-            .add(concatenate(&rotated, -1)?.multiply(sin)?)?)
-    }
-
-    fn layer_forward(
-        &self,
-        l: &EncoderLayer,
-        x: &Array,
-        cos: &Array,
-        sin: &Array,
-    ) -> Result<Array> {
-        let eps = self.cfg.rms_norm_eps;
-        let normed = fast::rms_norm(x, Some(&l.norms[0]), eps)?;
-        let attn = self.attention(l, &normed, cos, sin)?;
-        let h = x.add(fast::rms_norm(&attn, Some(&l.norms[1]), eps)?)?;
-        let u = fast::rms_norm(&h, Some(&l.norms[2]), eps)?;
-        let m = l
-            .down
-            .forward(&geglu(&l.gate.forward(&u)?, &l.up.forward(&u)?)?)?;
-        Ok(h.add(fast::rms_norm(&m, Some(&l.norms[3]), eps)?)?)
-    }
-
-    fn attention(&self, l: &EncoderLayer, x: &Array, cos: &Array, sin: &Array) -> Result<Array> {
-        let len = x.shape()[1];
-        let heads = self.cfg.num_attention_heads as i32;
-        let d = self.cfg.head_dim as i32;
-        let eps = self.cfg.rms_norm_eps;
-        let split = |a: Array| a.reshape(&[1, len, heads, d]);
-        let q = float32_rms(&split(l.q.forward(x)?)?, Some(&l.q_norm), eps)?;
-        let k = float32_rms(&split(l.k.forward(x)?)?, Some(&l.k_norm), eps)?;
-        let v = float32_rms(&split(l.v.forward(x)?)?, None, eps)?;
-        let q = self.rope(&q, cos, sin)?.transpose_axes(&[0, 2, 1, 3])?;
-        let k = self.rope(&k, cos, sin)?.transpose_axes(&[0, 2, 1, 3])?;
-        let v = v.transpose_axes(&[0, 2, 1, 3])?;
-        // Bidirectional over the image's patches: nothing is masked.
-        let out = fast::scaled_dot_product_attention(
-            &q,
-            &k,
-            &v,
-            1.0,
-            None::<ScaledDotProductAttentionMask>,
-            None,
-        )?;
-        l.o.forward(
-            &out.transpose_axes(&[0, 2, 1, 3])?
-                .reshape(&[1, len, heads * d])?,
-        )
-    }
-
     /// k×k average pooling over patch positions (float32), then × √hidden.
     fn pool(&self, x: &Array, ph: usize, pw: usize) -> Result<Array> {
         let k = self.cfg.pooling_kernel_size as i32;
@@ -320,6 +417,21 @@ impl VisionTower {
     }
 }
 
+/// 2-D RoPE by rotate-half within each spatial half of the head: `[-x2, x1]` per half.
+fn rope_2d(x: &Array, cos: &Array, sin: &Array, head_dim: i32) -> Result<Array> {
+    let half = head_dim / 2;
+    let quarter = half / 2;
+    let mut rotated = Vec::with_capacity(4);
+    for start in [0, half] {
+        let x1 = x.index((.., .., .., start..start + quarter));
+        let x2 = x.index((.., .., .., start + quarter..start + half));
+        rotated.push(x2.negative()?);
+        rotated.push(x1);
+    }
+    Ok(x.multiply(cos)?
+        .add(concatenate(&rotated, -1)?.multiply(sin)?)?)
+}
+
 /// RMSNorm computed in float32 with the weight applied in float32, cast back (as the reference
 /// does for the tower's q/k/v norms).
 fn float32_rms(x: &Array, weight: Option<&Array>, eps: f32) -> Result<Array> {
@@ -330,80 +442,4 @@ fn float32_rms(x: &Array, weight: Option<&Array>, eps: f32) -> Result<Array> {
         normed = normed.multiply(w.as_dtype(Dtype::Float32)?)?;
     }
     Ok(normed.as_dtype(x.dtype())?)
-}
-
-fn load_layer(
-    store: &mut WeightStore,
-    config: &Config,
-    cfg: &VisionConfig,
-    i: usize,
-    dtype: Dtype,
-) -> Result<Option<EncoderLayer>> {
-    let p = format!("vision_tower.encoder.layers.{i}");
-    let (d, inner) = (cfg.hidden_size, cfg.intermediate_size);
-    let hd = cfg.num_attention_heads * cfg.head_dim;
-    let mut lin = |name: &str, out: usize, inp: usize| -> Result<Option<ClippedLinear>> {
-        let path = format!("{p}.{name}");
-        let linear = load_linear(
-            store,
-            &config.quantization,
-            &format!("{path}.linear"),
-            out,
-            inp,
-            dtype,
-        )?;
-        let bounds = if cfg.use_clipped_linears {
-            let names = ["input_min", "input_max", "output_min", "output_max"];
-            let got: Vec<Option<Array>> = names
-                .iter()
-                .map(|b| store.take_float(&format!("{path}.{b}"), &[], dtype))
-                .collect::<Result<_>>()?;
-            match <[Option<Array>; 4]>::try_from(got) {
-                Ok([Some(a), Some(b), Some(c), Some(d)]) => Some(Some([a, b, c, d])),
-                _ => None,
-            }
-        } else {
-            Some(None)
-        };
-        Ok(linear
-            .zip(bounds)
-            .map(|(linear, bounds)| ClippedLinear { linear, bounds }))
-    };
-    let q = lin("self_attn.q_proj", hd, d)?;
-    let k = lin("self_attn.k_proj", hd, d)?;
-    let v = lin("self_attn.v_proj", hd, d)?;
-    let o = lin("self_attn.o_proj", d, hd)?;
-    let gate = lin("mlp.gate_proj", inner, d)?;
-    let up = lin("mlp.up_proj", inner, d)?;
-    let down = lin("mlp.down_proj", d, inner)?;
-    let mut norm =
-        |name: &str, dim: usize| store.take_float(&format!("{p}.{name}.weight"), &[dim], dtype);
-    let q_norm = norm("self_attn.q_norm", cfg.head_dim)?;
-    let k_norm = norm("self_attn.k_norm", cfg.head_dim)?;
-    let n0 = norm("input_layernorm", d)?;
-    let n1 = norm("post_attention_layernorm", d)?;
-    let n2 = norm("pre_feedforward_layernorm", d)?;
-    let n3 = norm("post_feedforward_layernorm", d)?;
-    let (Some(q), Some(k), Some(v), Some(o), Some(gate), Some(up), Some(down)) =
-        (q, k, v, o, gate, up, down)
-    else {
-        return Ok(None);
-    };
-    let (Some(q_norm), Some(k_norm), Some(n0), Some(n1), Some(n2), Some(n3)) =
-        (q_norm, k_norm, n0, n1, n2, n3)
-    else {
-        return Ok(None);
-    };
-    Ok(Some(EncoderLayer {
-        q,
-        k,
-        v,
-        o,
-        q_norm,
-        k_norm,
-        gate,
-        up,
-        down,
-        norms: [n0, n1, n2, n3],
-    }))
 }

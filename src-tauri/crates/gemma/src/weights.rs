@@ -1,13 +1,16 @@
 //! Reading a checkpoint's tensors: shard discovery, strict header validation, and a store that
 //! hands tensors to modules and then reports every missing and every unexpected name at once.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use mlx_rs::ops::zeros_dtype;
 use mlx_rs::{Array, Dtype};
 
+use crate::config::Quantization;
 use crate::error::{Error, Result};
 
 /// Name, dtype and shape of one tensor as its file header declares it.
@@ -267,10 +270,17 @@ impl<'de> serde::Deserialize<'de> for HeaderEntries {
     }
 }
 
-/// All tensors of a checkpoint, handed out by name; what nobody takes is reported as unexpected.
+/// All tensors of a checkpoint, handed out by name through [`Weights`]; what nobody takes is
+/// reported as unexpected.
 pub struct WeightStore {
     headers: BTreeMap<String, TensorHeader>,
     arrays: HashMap<String, Array>,
+    record: RefCell<Record>,
+}
+
+/// What loading found: names taken, and every problem, in the order modules met them.
+#[derive(Default)]
+struct Record {
     taken: BTreeSet<String>,
     missing: Vec<String>,
     problems: Vec<String>,
@@ -306,15 +316,8 @@ impl WeightStore {
         Ok(Self {
             headers,
             arrays,
-            taken: BTreeSet::new(),
-            missing: Vec::new(),
-            problems: Vec::new(),
+            record: RefCell::default(),
         })
-    }
-
-    /// True when the checkpoint holds `name`.
-    pub fn contains(&self, name: &str) -> bool {
-        self.headers.contains_key(name)
     }
 
     /// Declared dtype of `name`, if present.
@@ -322,77 +325,41 @@ impl WeightStore {
         self.headers.get(name).map(|h| h.dtype)
     }
 
-    /// Declared shape of `name`, if present.
-    pub fn shape(&self, name: &str) -> Option<&[usize]> {
-        self.headers.get(name).map(|h| h.shape.as_slice())
-    }
-
-    /// Takes a tensor, checking its shape and dtype class; problems are collected, not thrown,
-    /// so that one error can list all of them. Returns `None` when missing or wrong.
-    pub fn take(&mut self, name: &str, shape: &[usize], kind: DtypeClass) -> Option<Array> {
-        let Some(header) = self.headers.get(name) else {
-            self.missing.push(name.to_string());
-            return None;
-        };
-        self.taken.insert(name.to_string());
-        if header.shape != shape {
-            self.problems.push(format!(
-                "{name}: shape {:?}, expected {:?}",
-                header.shape, shape
-            ));
-            return None;
-        }
-        if !kind.accepts(header.dtype) {
-            self.problems.push(format!(
-                "{name}: dtype {:?}, expected {}",
-                header.dtype,
-                kind.describe()
-            ));
-            return None;
-        }
-        self.arrays.get(name).cloned()
-    }
-
-    /// Takes a float tensor and casts it to the compute dtype (see [`Self::take`]).
-    pub fn take_float(
-        &mut self,
-        name: &str,
-        shape: &[usize],
-        dtype: Dtype,
-    ) -> Result<Option<Array>> {
-        self.take(name, shape, DtypeClass::Float)
-            .map(|a| to_dtype(a, dtype))
-            .transpose()
-    }
-
-    /// Takes a tensor of any shape (the caller validates), or records it as missing.
-    pub fn take_any_shape(&mut self, name: &str, kind: DtypeClass) -> Option<Array> {
-        let shape = self.headers.get(name)?.shape.clone();
-        self.take(name, &shape, kind)
-    }
-
     /// Marks tensors as knowingly unused (e.g. audio tower, K/V of shared layers).
     pub fn ignore_where(&mut self, unused: impl Fn(&str) -> bool) {
         let names: Vec<String> = self.headers.keys().filter(|n| unused(n)).cloned().collect();
+        let taken = &mut self.record.get_mut().taken;
         for name in names {
             self.arrays.remove(&name);
-            self.taken.insert(name);
+            taken.insert(name);
         }
     }
 
-    /// Records a problem found by a module (e.g. inconsistent quantization).
-    pub fn problem(&mut self, message: String) {
-        self.problems.push(message);
+    /// The root of the checkpoint's names, handing out weights in `dtype` and quantized as
+    /// `quantization` says.
+    pub fn root<'a>(&'a self, quantization: &'a Quantization, dtype: Dtype) -> Weights<'a> {
+        Weights {
+            store: self,
+            quantization,
+            dtype,
+            prefix: String::new(),
+        }
     }
 
     /// Ends loading: one error listing every missing, unexpected and misshapen tensor.
     pub fn finish(self) -> Result<()> {
-        let unexpected: Vec<&String> = self
+        let Record {
+            taken,
+            missing,
+            problems,
+        } = self.record.into_inner();
+        let unexpected: Vec<String> = self
             .headers
             .keys()
-            .filter(|n| !self.taken.contains(*n))
+            .filter(|n| !taken.contains(*n))
+            .cloned()
             .collect();
-        if self.missing.is_empty() && unexpected.is_empty() && self.problems.is_empty() {
+        if missing.is_empty() && unexpected.is_empty() && problems.is_empty() {
             return Ok(());
         }
         let mut report = String::new();
@@ -404,13 +371,130 @@ impl WeightStore {
                 }
             }
         };
-        section("missing tensors", self.missing.clone());
-        section(
-            "unexpected tensors",
-            unexpected.into_iter().cloned().collect(),
-        );
-        section("wrong tensors", self.problems.clone());
+        section("missing tensors", missing);
+        section("unexpected tensors", unexpected);
+        section("wrong tensors", problems);
         Err(Error::Tensors(report.trim_end().to_string()))
+    }
+}
+
+/// The store seen from one module's path (`language_model.model.layers.3`), as the checkpoint
+/// names it. A tensor that is missing or wrong is recorded and stands in as zeros of the
+/// expected shape, so that loading goes on and [`WeightStore::finish`] reports every problem.
+#[derive(Clone)]
+pub struct Weights<'a> {
+    store: &'a WeightStore,
+    quantization: &'a Quantization,
+    dtype: Dtype,
+    prefix: String,
+}
+
+impl<'a> Weights<'a> {
+    /// The sub-module `name` (dots allowed: `self_attn.q_proj`).
+    pub fn at(&self, name: &str) -> Weights<'a> {
+        Weights {
+            prefix: self.name(name),
+            ..self.clone()
+        }
+    }
+
+    /// The full checkpoint name of `leaf` under this path.
+    pub fn name(&self, leaf: &str) -> String {
+        if self.prefix.is_empty() {
+            leaf.to_string()
+        } else {
+            format!("{}.{leaf}", self.prefix)
+        }
+    }
+
+    /// This module's full path.
+    pub fn path(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The compute dtype weights are cast to.
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    /// The checkpoint's quantization config.
+    pub fn quantization(&self) -> &'a Quantization {
+        self.quantization
+    }
+
+    /// True when the checkpoint holds `leaf`.
+    pub fn contains(&self, leaf: &str) -> bool {
+        self.store.headers.contains_key(&self.name(leaf))
+    }
+
+    /// Declared shape of `leaf`, if present.
+    pub fn shape(&self, leaf: &str) -> Option<&'a [usize]> {
+        let store: &'a WeightStore = self.store;
+        store
+            .headers
+            .get(&self.name(leaf))
+            .map(|h| h.shape.as_slice())
+    }
+
+    /// Records a problem found by a module (e.g. inconsistent quantization).
+    pub fn problem(&self, message: String) {
+        self.store.record.borrow_mut().problems.push(message);
+    }
+
+    /// Takes `leaf`, checking its shape and dtype class, as stored; a missing or wrong tensor
+    /// is recorded and replaced by zeros of `shape` (the compute dtype for floats).
+    pub fn take(&self, leaf: &str, shape: &[usize], kind: DtypeClass) -> Result<Array> {
+        let name = self.name(leaf);
+        match self.checked(&name, shape, kind) {
+            Some(array) => Ok(array),
+            None => self.placeholder(shape, kind),
+        }
+    }
+
+    /// Takes a float tensor and casts it to the compute dtype (see [`Self::take`]).
+    pub fn float(&self, leaf: &str, shape: &[usize]) -> Result<Array> {
+        to_dtype(self.take(leaf, shape, DtypeClass::Float)?, self.dtype)
+    }
+
+    /// Zeros standing in for a tensor that could not be taken.
+    pub fn placeholder(&self, shape: &[usize], kind: DtypeClass) -> Result<Array> {
+        let dtype = match kind {
+            DtypeClass::U32 => Dtype::Uint32,
+            DtypeClass::Float => self.dtype,
+        };
+        let shape: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
+        Ok(zeros_dtype(&shape, dtype)?)
+    }
+
+    fn checked(&self, name: &str, shape: &[usize], kind: DtypeClass) -> Option<Array> {
+        let mut record = self.store.record.borrow_mut();
+        let Some(header) = self.store.headers.get(name) else {
+            record.missing.push(name.to_string());
+            return None;
+        };
+        record.taken.insert(name.to_string());
+        if header.shape != shape {
+            record.problems.push(format!(
+                "{name}: shape {:?}, expected {:?}",
+                header.shape, shape
+            ));
+            return None;
+        }
+        if !kind.accepts(header.dtype) {
+            record.problems.push(format!(
+                "{name}: dtype {:?}, expected {}",
+                header.dtype,
+                kind.describe()
+            ));
+            return None;
+        }
+        let array = self.store.arrays.get(name).cloned();
+        if array.is_none() {
+            record
+                .problems
+                .push(format!("{name}: listed in its file's header but not read"));
+        }
+        array
     }
 }
 

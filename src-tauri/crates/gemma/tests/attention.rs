@@ -4,7 +4,8 @@
 mod common;
 use common::normal;
 
-use gemma::text::{single_query_attention, DecodeAttention};
+use gemma::attention::single_query_attention;
+use gemma::tuning::DecodeAttention;
 use mlx_rs::{Array, Dtype};
 
 fn host(a: &Array) -> Vec<f64> {

@@ -5,7 +5,8 @@ mod common;
 use common::normal;
 
 use gemma::config::QuantSpec;
-use gemma::quant::{dense_from, Linear};
+use gemma::quant::Linear;
+use gemma::Tuning;
 use mlx_rs::ops::{dequantize, quantize, quantized_matmul};
 use mlx_rs::{Array, Dtype};
 
@@ -41,6 +42,7 @@ fn quantized_layer(words: &Array, scales: Array, biases: Array) -> Linear {
 fn a_quantized_layer_in_half_precision_is_within_its_rounding_over_several_rows() {
     let (out, inp) = (96, 512);
     let (words, scales, biases) = random_quantized(out, inp, 1);
+    let tuning = Tuning::for_backend();
     for dtype in [Dtype::Bfloat16, Dtype::Float16] {
         let layer = quantized_layer(
             &words,
@@ -63,14 +65,17 @@ fn a_quantized_layer_in_half_precision_is_within_its_rounding_over_several_rows(
                 .unwrap()
                 .matmul(dense32.transpose().unwrap())
                 .unwrap();
-            let y = layer.forward(&x).unwrap();
+            let y = layer.forward(&x, &tuning).unwrap();
             assert_eq!(y.shape(), &[1, rows, out]);
             assert_eq!(y.dtype(), dtype);
-            let dense = dense_from(dtype).is_some_and(|min| rows as usize >= min);
+            let dense = tuning
+                .dense_from
+                .rows(dtype)
+                .is_some_and(|min| rows as usize >= min);
             if rows == 1 && !dense {
                 // One row keeps MLX's quantized kernel, as mlx-vlm does (on the CPU, in bf16,
                 // it accumulates in bf16: a few % off, and faster than dequantizing).
-                let stored = layer.forward_as_stored(&x).unwrap();
+                let stored = layer.forward_as_stored(&x, tuning.cpu_lanes).unwrap();
                 assert_eq!(
                     relative_error(&y, &stored.as_dtype(Dtype::Float32).unwrap()),
                     0.0
@@ -94,16 +99,22 @@ fn a_quantized_layer_in_half_precision_is_within_its_rounding_over_several_rows(
 
 #[test]
 fn a_quantized_layer_shared_among_cpu_lanes_gives_the_one_piece_result_exactly() {
-    // Wide enough to be shared among the lanes on a machine of 2 or more cores (on the CPU).
+    // Wide enough to be shared among up to 4 lanes.
     let (out, inp) = (1040, 256);
     let (words, scales, biases) = random_quantized(out, inp, 3);
     let layer = quantized_layer(&words, scales.clone(), biases.clone());
-    for rows in [1, 5] {
-        let x = normal(&[1, rows, inp], 4);
-        let whole = quantized_matmul(&x, &words, &scales, &biases, true, 64, 4).unwrap();
-        let y = layer.forward_as_stored(&x).unwrap();
-        assert_eq!(y.shape(), &[1, rows, out]);
-        assert_eq!(relative_error(&y, &whole), 0.0, "{rows} rows");
+    for lanes in [1, 2, 4] {
+        for rows in [1, 5] {
+            let x = normal(&[1, rows, inp], 4);
+            let whole = quantized_matmul(&x, &words, &scales, &biases, true, 64, 4).unwrap();
+            let y = layer.forward_as_stored(&x, lanes).unwrap();
+            assert_eq!(y.shape(), &[1, rows, out]);
+            assert_eq!(
+                relative_error(&y, &whole),
+                0.0,
+                "{lanes} lanes, {rows} rows"
+            );
+        }
     }
 }
 
@@ -121,7 +132,7 @@ fn the_dense_path_padded_to_a_row_bucket_gives_the_unpadded_rows_exactly() {
         for rows in [1, 38, 64, 70] {
             let x = normal(&[1, rows, inp], 6).as_dtype(dtype).unwrap();
             let expected = x.matmul(dense.transpose().unwrap()).unwrap();
-            let y = layer.forward_dense_padded(&x, 64).unwrap();
+            let y = layer.forward_dense_padded(&x, 64, 1).unwrap();
             assert_eq!(y.shape(), &[1, rows, out], "{dtype:?}, {rows} rows");
             assert_eq!(y.dtype(), dtype);
             let err = relative_error(&y, &expected.as_dtype(Dtype::Float32).unwrap());

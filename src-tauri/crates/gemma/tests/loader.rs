@@ -212,6 +212,7 @@ fn kv_quantization_follows_kv_config_and_stays_close_to_the_plain_cache() {
     let options = LoadOptions {
         dtype: Some(mlx_rs::Dtype::Float32),
         kv_quantization: true,
+        ..LoadOptions::default()
     };
     let quantized = Model::load(&dir, &options).unwrap();
     let bits: Vec<Option<i32>> = quantized
@@ -263,6 +264,32 @@ fn kv_quantization_follows_kv_config_and_stays_close_to_the_plain_cache() {
     let error = Model::load(tmp.path(), &options).err().unwrap().to_string();
     assert!(
         error.contains("layer 11 has no cache of its own"),
+        "{error}"
+    );
+}
+
+#[test]
+fn problems_of_the_decoder_and_the_vision_tower_are_reported_in_one_error() {
+    let tmp = copy_of("tiny-plmp-bf16");
+    let file = first_shard(tmp.path());
+    let text_norm = "language_model.model.layers.1.input_layernorm.weight";
+    let vision_bound = "vision_tower.encoder.layers.0.mlp.up_proj.output_max";
+    let vision_norm = "vision_tower.encoder.layers.0.self_attn.q_norm.weight";
+    rewrite(tmp.path(), &file, |t| {
+        t.remove(text_norm);
+        t.remove(vision_bound);
+        let norm = t.get_mut(vision_norm).unwrap();
+        norm.1 = vec![norm.1[0] / 2];
+        norm.2.truncate(norm.2.len() / 2);
+    });
+    let error = load_error(tmp.path());
+    assert!(error.contains("missing tensors (2)"), "{error}");
+    assert!(error.contains("wrong tensors (1)"), "{error}");
+    assert!(error.contains(&format!("{vision_norm}: shape")), "{error}");
+    // Listed in loading order: the decoder's before the tower's.
+    let (text_at, vision_at) = (error.find(text_norm), error.find(vision_bound));
+    assert!(
+        text_at.is_some() && vision_at.is_some() && text_at < vision_at,
         "{error}"
     );
 }

@@ -23,7 +23,8 @@ use engine::sampler::{Sampler, SamplerConfig};
 use engine::stream::{eval_with_caches, Session};
 use engine::template::{Message, Part, Role};
 use engine::worker::{LoadedModel, Prompt};
-use gemma::LoadOptions;
+use gemma::tuning::{DecodeAttention, DenseFrom as DenseFromRows};
+use gemma::{LoadOptions, Tuning};
 use mlx_rs::{Array, Dtype};
 
 #[derive(Parser)]
@@ -435,16 +436,10 @@ fn median(values: &mut [f64]) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-fn load(dir: &Path, dtype: Option<Dtype>) -> Result<(LoadedModel, f64)> {
+fn load(dir: &Path, options: &LoadOptions) -> Result<(LoadedModel, f64)> {
     let start = Instant::now();
-    let loaded = LoadedModel::load(
-        dir,
-        &LoadOptions {
-            dtype,
-            ..LoadOptions::default()
-        },
-    )
-    .with_context(|| format!("loading {}", dir.display()))?;
+    let loaded =
+        LoadedModel::load(dir, options).with_context(|| format!("loading {}", dir.display()))?;
     Ok((loaded, start.elapsed().as_secs_f64()))
 }
 
@@ -484,31 +479,38 @@ fn main() -> Result<()> {
         DtypeArg::Float32 => Dtype::Float32,
     });
 
+    let mut tuning = Tuning::for_backend();
     if let Some(DenseFrom(rows)) = cli.dense_from {
-        gemma::quant::set_dense_from(rows);
+        tuning.dense_from = DenseFromRows::all(rows);
     }
     if let Some(bucket) = cli.dense_bucket {
-        gemma::quant::set_dense_bucket(Some(bucket));
+        tuning.dense_bucket = Some(bucket);
     }
     if let Some(lanes) = cli.cpu_lanes {
-        gemma::quant::set_cpu_lanes(lanes);
+        tuning.cpu_lanes = lanes.max(1);
     }
     if let Some(path) = cli.decode_attention {
-        gemma::text::set_decode_attention(match path {
-            DecodeAttentionArg::GroupedRows => gemma::text::DecodeAttention::GroupedRows,
-            DecodeAttentionArg::HeadScores => gemma::text::DecodeAttention::HeadScores,
-        });
+        tuning.decode_attention = match path {
+            DecodeAttentionArg::GroupedRows => DecodeAttention::GroupedRows,
+            DecodeAttentionArg::HeadScores => DecodeAttention::HeadScores,
+        };
     }
+    if let Some(history) = cli.warm_up_history {
+        tuning.warm_up_history = history;
+    }
+    let options = LoadOptions {
+        dtype,
+        tuning,
+        ..LoadOptions::default()
+    };
     phase("load");
-    let (cold, load_cold) = load(&plan.model, dtype)?;
+    let (cold, load_cold) = load(&plan.model, &options)?;
     drop(cold);
     mlx_clear_cache();
-    let (mut loaded, load_warm) = load(&plan.model, dtype)?;
+    let (mut loaded, load_warm) = load(&plan.model, &options)?;
     // What the app's engine thread does right after it replies to a load (the app is usable
     // meanwhile): timed apart from the load, which mlx-vlm has no counterpart of.
-    let warm_up_history = cli
-        .warm_up_history
-        .unwrap_or_else(engine::worker::warm_up_history);
+    let warm_up_history = loaded.warm_up_history();
     let warm_up_s = if cli.no_warm_up {
         None
     } else {
@@ -596,10 +598,10 @@ fn main() -> Result<()> {
     let result = json!({
         "engine": "gemma-desk",
         "dtype": dtype_name,
-        "dense_from": gemma::quant::dense_from(bench.loaded.model.dtype()),
-        "dense_bucket": gemma::quant::dense_bucket(),
-        "cpu_lanes": gemma::quant::cpu_lanes(),
-        "decode_attention": format!("{:?}", gemma::text::decode_attention()),
+        "dense_from": tuning.dense_from.rows(bench.loaded.model.dtype()),
+        "dense_bucket": tuning.dense_bucket(),
+        "cpu_lanes": tuning.cpu_lanes,
+        "decode_attention": format!("{:?}", tuning.decode_attention),
         "load_cold_s": load_cold,
         "load_warm_s": load_warm,
         "warm_up_s": warm_up_s,

@@ -185,6 +185,7 @@ fn load(dir: &Path, dtype: Option<DtypeArg>, kv_quantization: bool) -> Result<Mo
         &LoadOptions {
             dtype: dtype_of(dtype),
             kv_quantization,
+            ..LoadOptions::default()
         },
     )
     .with_context(|| format!("loading {}", dir.display()))
@@ -196,6 +197,7 @@ fn load_chat(dir: &Path, sampling: &SamplingArgs) -> Result<(LoadedModel, Genera
         &LoadOptions {
             dtype: dtype_of(sampling.dtype),
             kv_quantization: sampling.kv_quantization,
+            ..LoadOptions::default()
         },
     )
     .with_context(|| format!("loading {}", dir.display()))?;

@@ -1,0 +1,233 @@
+//! Self-attention of one decoder layer (`self_attn` in the checkpoint): q/k/v projections with
+//! per-head RMSNorm and RoPE, K/V cached or shared, and the single-query decode path.
+
+use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
+use mlx_rs::ops::{broadcast_to, concatenate, ones_like, softmax_axis};
+use mlx_rs::Array;
+
+use crate::cache::KvCache;
+use crate::config::TextConfig;
+use crate::error::{Error, Result};
+use crate::layers::{LayerSpec, Rope};
+use crate::quant::{Linear, SideBySide};
+use crate::tuning::{DecodeAttention, Tuning};
+use crate::weights::Weights;
+
+/// Where an attention layer's keys and values come from in this forward pass.
+pub(crate) enum KvInput<'a> {
+    /// The layer projects its own K/V into this cache.
+    Own(&'a mut KvCache),
+    /// The K/V its producer layer returned.
+    Shared((Array, Array)),
+}
+
+/// A decoder layer's attention.
+pub(crate) struct Attention {
+    /// `q_proj`, or `q_proj | k_proj | v_proj` side by side in layers that own their K/V.
+    qkv_proj: SideBySide,
+    o_proj: Linear,
+    q_norm: Array,
+    /// `k_norm` of layers that own their K/V.
+    k_norm: Option<Array>,
+    /// `[heads + 2·kv_heads, head_dim]`: q_norm, k_norm and ones (v has no scale) per head, for
+    /// normalizing the fused q|k|v output with one RMSNorm and one multiply.
+    head_scales: Option<Array>,
+    /// The proportional RoPE's frequencies (`None` for the default RoPE).
+    rope_freqs: Option<Array>,
+    rope: Rope,
+    layer: usize,
+    num_heads: i32,
+    num_kv_heads: i32,
+    head_dim: i32,
+    eps: f32,
+}
+
+impl Attention {
+    /// Loads `self_attn` of the layer `spec` describes; K/V projections only where it owns them.
+    pub fn load(weights: &Weights<'_>, config: &TextConfig, spec: &LayerSpec) -> Result<Self> {
+        let hidden = config.hidden_size;
+        let d = spec.head_dim;
+        let (heads, kv_heads) = (config.num_attention_heads, config.num_key_value_heads);
+        let q_proj = Linear::load(&weights.at("q_proj"), heads * d, hidden)?;
+        let o_proj = Linear::load(&weights.at("o_proj"), hidden, heads * d)?;
+        let q_norm = weights.float("q_norm.weight", &[d])?;
+        let (qkv_proj, k_norm) = if spec.owns_kv() {
+            let k_proj = Linear::load(&weights.at("k_proj"), kv_heads * d, hidden)?;
+            let v_proj = Linear::load(&weights.at("v_proj"), kv_heads * d, hidden)?;
+            let k_norm = weights.float("k_norm.weight", &[d])?;
+            (SideBySide::new(vec![q_proj, k_proj, v_proj])?, Some(k_norm))
+        } else {
+            (SideBySide::new(vec![q_proj])?, None)
+        };
+        let head_scales = match (&k_norm, &qkv_proj) {
+            (Some(k_norm), SideBySide::Fused { .. }) => {
+                let (h, kvh, di) = (heads as i32, kv_heads as i32, d as i32);
+                Some(concatenate(
+                    &[
+                        broadcast_to(&q_norm, &[h, di])?,
+                        broadcast_to(k_norm, &[kvh, di])?,
+                        ones_like(&broadcast_to(k_norm, &[kvh, di])?)?,
+                    ],
+                    0,
+                )?)
+            }
+            _ => None,
+        };
+        let rope_freqs = match &spec.rope {
+            Rope::Default { .. } => None,
+            Rope::Proportional { periods, .. } => {
+                Some(Array::from_slice(periods, &[periods.len() as i32]))
+            }
+        };
+        Ok(Self {
+            qkv_proj,
+            o_proj,
+            q_norm,
+            k_norm,
+            head_scales,
+            rope_freqs,
+            rope: spec.rope.clone(),
+            layer: spec.index,
+            num_heads: heads as i32,
+            num_kv_heads: kv_heads as i32,
+            head_dim: d as i32,
+            eps: config.rms_norm_eps,
+        })
+    }
+
+    /// The weight arrays (to evaluate them at load).
+    pub fn arrays(&self) -> Vec<&Array> {
+        let mut out = self.qkv_proj.arrays();
+        out.extend(self.o_proj.arrays());
+        out.push(&self.q_norm);
+        out.extend(self.k_norm.iter());
+        out.extend(self.head_scales.iter());
+        out.extend(self.rope_freqs.iter());
+        out
+    }
+
+    /// Attention of `x` (`[b, T, hidden]`, positions from `offset`) over its K/V and those
+    /// before it: the output and the K/V it attended (for layers that share them).
+    pub fn forward(
+        &self,
+        x: &Array,
+        mask: Option<&Array>,
+        mut kv: KvInput<'_>,
+        offset: usize,
+        tuning: &Tuning,
+    ) -> Result<(Array, Option<(Array, Array)>)> {
+        let shape = x.shape();
+        let (b, len) = (shape[0], shape[1]);
+        let (d, heads, kv_heads) = (self.head_dim, self.num_heads, self.num_kv_heads);
+        if let (KvInput::Own(cache), Some(scales)) = (&mut kv, &self.head_scales) {
+            if let Some(joined) = self.qkv_proj.forward_joined(x, tuning)? {
+                // One RMSNorm over every head, the q/k scales as one multiply, one RoPE for q
+                // and k together: 3 primitives where separate heads take 5.
+                let all = fast::rms_norm(joined.reshape(&[b, len, -1, d])?, None, self.eps)?
+                    .multiply(scales)?
+                    .transpose_axes(&[0, 2, 1, 3])?;
+                // RoPE runs over the whole tensor (v's rotated rows are dropped): on a slice of
+                // the transposed tensor, MLX-CUDA 0.32.2's RoPE kernel writes out of bounds.
+                let roped = self.rope(&all, offset)?;
+                let q_k = roped.split_at_indices(&[heads, heads + kv_heads], 1)?;
+                let v = all.split_at_indices(&[heads + kv_heads], 1)?;
+                let (keys, values) = cache.update_and_fetch(q_k[1].clone(), v[1].clone())?;
+                return self.attend(&q_k[0], keys, values, mask, tuning);
+            }
+        }
+        let projected = self.qkv_proj.forward(x, tuning)?;
+        let queries = projected[0].reshape(&[b, len, heads, d])?;
+        let queries = fast::rms_norm(&queries, Some(&self.q_norm), self.eps)?
+            .transpose_axes(&[0, 2, 1, 3])?;
+        let queries = self.rope(&queries, offset)?;
+        let (keys, values) = match kv {
+            KvInput::Shared(kv) => kv,
+            KvInput::Own(cache) => {
+                let (Some(k_norm), [_, k, v]) = (&self.k_norm, projected.as_slice()) else {
+                    return Err(Error::Input(format!(
+                        "layer {} has no K/V projections",
+                        self.layer
+                    )));
+                };
+                let k = k.reshape(&[b, len, kv_heads, d])?;
+                let v = v.reshape(&[b, len, kv_heads, d])?;
+                let k =
+                    fast::rms_norm(&k, Some(k_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
+                let k = self.rope(&k, offset)?;
+                let v = fast::rms_norm(&v, None, self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
+                cache.update_and_fetch(k, v)?
+            }
+        };
+        self.attend(&queries, keys, values, mask, tuning)
+    }
+
+    /// Attention of `queries` (`[b, heads, T, d]`) over `keys`/`values`, then the output
+    /// projection.
+    fn attend(
+        &self,
+        queries: &Array,
+        keys: Array,
+        values: Array,
+        mask: Option<&Array>,
+        tuning: &Tuning,
+    ) -> Result<(Array, Option<(Array, Array)>)> {
+        let shape = queries.shape();
+        let (b, len) = (shape[0], shape[2]);
+        let width = self.num_heads * self.head_dim;
+        let out = if len == 1 && mask.is_none() && !tuning.fused_single_query(self.head_dim) {
+            // One query per head, every key visible (the caches hand a single query exactly
+            // what it may see).
+            single_query_attention(queries, &keys, &values, tuning.decode_attention)?
+                .reshape(&[b, len, width])?
+        } else {
+            let mask = mask.map(ScaledDotProductAttentionMask::Array);
+            fast::scaled_dot_product_attention(queries, &keys, &values, 1.0, mask, None)?
+                .transpose_axes(&[0, 2, 1, 3])?
+                .reshape(&[b, len, width])?
+        };
+        Ok((self.o_proj.forward(&out, tuning)?, Some((keys, values))))
+    }
+
+    fn rope(&self, x: &Array, offset: usize) -> Result<Array> {
+        Ok(match &self.rope {
+            Rope::Default { dims, base } => {
+                fast::rope(x, *dims, false, *base, 1.0, offset as i32, None)?
+            }
+            Rope::Proportional { dims, .. } => fast::rope(
+                x,
+                *dims,
+                false,
+                None,
+                1.0,
+                offset as i32,
+                self.rope_freqs.as_ref(),
+            )?,
+        })
+    }
+}
+
+/// Attention of one query per head (`q` `[b, heads, 1, d]`) over every position of `keys` and
+/// `values` (`[b, kv_heads, L, d]`), scale 1, no mask: `[b, kv_heads, heads / kv_heads, d]`,
+/// heads in order.
+pub fn single_query_attention(
+    q: &Array,
+    keys: &Array,
+    values: &Array,
+    path: DecodeAttention,
+) -> Result<Array> {
+    let shape = q.shape();
+    let (b, d) = (shape[0], shape[3]);
+    let kv_heads = keys.shape()[1];
+    let scores = match path {
+        DecodeAttention::GroupedRows => q
+            .reshape(&[b, kv_heads, -1, d])?
+            .matmul(keys.swap_axes(-1, -2)?)?,
+        DecodeAttention::HeadScores => {
+            let group = shape[1] / kv_heads;
+            q.reshape(&[b, kv_heads, group, 1, d])?
+                .matmul(keys.swap_axes(-1, -2)?.expand_dims(2)?)?
+                .reshape(&[b, kv_heads, group, -1])?
+        }
+    };
+    Ok(softmax_axis(&scores, -1, true)?.matmul(values)?)
+}
