@@ -17,7 +17,7 @@ use ts_rs::TS;
 
 use crate::answer::AnswerRecorder;
 use crate::attachments::Attachments;
-use crate::error::Error;
+use crate::error::{CommandError, Error};
 use crate::events::Events;
 use crate::sync::lock;
 use crate::model_setup::Models;

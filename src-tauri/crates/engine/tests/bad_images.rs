@@ -15,7 +15,7 @@ use engine::image::{preprocess_bytes, preprocess_path, ImageError, Preprocessed,
 use image::{ExtendedColorType, ImageEncoder};
 
 mod common;
-use common::png::{png, png_chunk, png_chunks, raw_png, rgb_png};
+use common::png::{png_chunk, png_chunks, raw_png, rgb_png};
 
 const BUDGET: SoftTokenBudget = SoftTokenBudget::T70;
 

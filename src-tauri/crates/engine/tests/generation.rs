@@ -4,7 +4,6 @@
 mod common;
 use common::{fixture, greedy};
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::channel;
 use std::time::Duration;

@@ -139,23 +139,27 @@ fn empty_and_blank_messages_are_answered() {
     let turns = |ids: &[u32]| ids.iter().filter(|&&i| i == m.specials.turn_open).count();
     for (name, messages) in cases {
         let prompt = m.prompt(&messages, false, &[]).unwrap();
-        // Each message keeps its turn (an empty system turn is dropped by the template), and
-        // the model's turn is opened.
-        let expected = messages
-            .iter()
-            .filter(|m| m.role != Role::System || m.content != [Part::Text { text: "".into() }])
-            .count()
-            + 1;
+        // Each message keeps its turn, empty or not, and the model's turn is opened.
+        let expected = messages.len() + 1;
         assert_eq!(turns(&prompt.ids), expected, "{name}: one turn per message");
         let (usage, _) =
             answer(&m, &messages, &options(4, 4096)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_answered(&usage, 4, name);
     }
 
-    // No messages at all renders just the opening of a model turn, which is answered.
-    let (usage, _) = answer(&m, &[], &options(4, 4096)).unwrap();
-    assert_eq!(usage.prompt_tokens, m.prompt(&[], false, &[]).unwrap().ids.len());
-    assert_answered(&usage, 4, "no messages");
+    // No messages at all: Gemma 4's template reads the first message, so this is refused
+    // with the template's own words, and the model stays usable.
+    let error = answer(&m, &[], &options(4, 4096)).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            EngineError::Template(engine::template::TemplateError::Render { .. })
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("cannot render this conversation"), "{error}");
+    let (usage, _) = answer(&m, &[Message::text(Role::User, "hi")], &options(4, 4096)).unwrap();
+    assert_answered(&usage, 4, "after the refusal");
 }
 
 #[test]

@@ -8,7 +8,6 @@
 mod common;
 use common::fixture;
 
-use std::path::{Path, PathBuf};
 use std::sync::mpsc::channel;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -149,7 +148,7 @@ fn ask(engine: &Engine, request: ChatRequest) -> Result<String, String> {
         match rx.recv_timeout(Duration::from_secs(120)) {
             Ok(Event::Delta { delta, .. }) => answer.push_str(&delta),
             Ok(Event::Done { .. }) => return Ok(answer),
-            Ok(Event::Error { message, .. }) => return Err(message),
+            Ok(Event::Error { error, .. }) => return Err(error.to_string()),
             Err(_) => return Err("no answer within 120 s".into()),
         }
     }
