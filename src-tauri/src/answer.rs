@@ -275,7 +275,10 @@ mod tests {
         else {
             panic!("{events:?}");
         };
-        assert_eq!((usage.stop_reason, *context_window), (StopReason::EndOfTurn, 4096));
+        assert_eq!(
+            (usage.stop_reason, *context_window),
+            (StopReason::EndOfTurn, 4096)
+        );
     }
 
     #[test]

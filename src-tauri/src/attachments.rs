@@ -14,8 +14,8 @@ use chats::{AttachmentInput, AttachmentRef, Store};
 use serde::Serialize;
 use ts_rs::TS;
 
-use crate::sync::lock;
 use crate::error::Error;
+use crate::sync::lock;
 
 /// Largest file accepted as an attachment.
 pub const MAX_ATTACHMENT_BYTES: u64 = 50_000_000;

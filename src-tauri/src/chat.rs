@@ -19,9 +19,9 @@ use crate::answer::AnswerRecorder;
 use crate::attachments::Attachments;
 use crate::error::{CommandError, Error};
 use crate::events::Events;
-use crate::sync::lock;
 use crate::model_setup::Models;
 use crate::settings::Settings;
+use crate::sync::lock;
 
 /// Longest conversation title made from the first message, in characters.
 const TITLE_CHARS: usize = 60;

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chats::Store;
-use model_store::{self as models, DownloadProgress, HfCache, ModelCandidate};
 use engine::worker::Engine;
 use gemma::LoadOptions;
+use model_store::{self as models, DownloadProgress, HfCache, ModelCandidate};
 use serde::Serialize;
 use ts_rs::TS;
 

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use chats::Store;
-use model_store::HfCache;
 use engine::worker::Engine;
+use model_store::HfCache;
 
 use crate::attachments::Attachments;
 use crate::chat::Chat;

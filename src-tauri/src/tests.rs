@@ -551,7 +551,10 @@ fn a_message_holding_every_control_token_is_answered_and_kept_verbatim() {
     );
     let id = sent.conversation.id.clone();
     let messages = h.state.store.get_conversation(&id).unwrap().messages;
-    assert_eq!(messages[0].text, typed, "the history keeps the text verbatim");
+    assert_eq!(
+        messages[0].text, typed,
+        "the history keeps the text verbatim"
+    );
 
     // An earlier answer holding the same text (as a model may write it) stays text too: the
     // conversation goes on, the pasted text did not break it.
@@ -578,5 +581,8 @@ fn a_message_holding_every_control_token_is_answered_and_kept_verbatim() {
     );
     let messages = h.state.store.get_conversation(&id).unwrap().messages;
     assert_eq!(messages.len(), 5);
-    assert_eq!((messages[0].text.as_str(), messages[2].text.as_str()), (typed.as_str(), typed.as_str()));
+    assert_eq!(
+        (messages[0].text.as_str(), messages[2].text.as_str()),
+        (typed.as_str(), typed.as_str())
+    );
 }

@@ -257,9 +257,9 @@ impl<'a> TokenStream<'a> {
         let built = Instant::now();
         let mut dispatched = built;
         if !last {
-            let logits = self
-                .model
-                .forward_array(&y.reshape(&[1])?, &mut self.session.caches, None)?;
+            let logits =
+                self.model
+                    .forward_array(&y.reshape(&[1])?, &mut self.session.caches, None)?;
             if let Some((ids, window)) = &mut self.penalty {
                 let mut grown = concatenate(&[&*ids, &y.reshape(&[1])?], 0)?;
                 let len = grown.shape()[0];

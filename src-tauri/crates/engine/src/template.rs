@@ -16,7 +16,6 @@ use crate::tokenizer::{SpecialTokens, Tokenizer, CHANNEL_CLOSE, CHANNEL_OPEN};
 
 mod tojson;
 
-
 const TEMPLATE_NAME: &str = "chat_template";
 
 /// Everything that can go wrong loading or rendering a chat template.

@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::checkpoint::{CONFIG_FILE, GENERATION_CONFIG_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE};
-
+use crate::checkpoint::{
+    CONFIG_FILE, GENERATION_CONFIG_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE,
+};
 
 /// Text of the turn-open marker (`<|turn>user\n…`).
 pub const TURN_OPEN: &str = "<|turn>";

@@ -9,7 +9,6 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use gemma::{LoadOptions, Model};
 use crate::generate::{generate, Delta, GenerateError, GenerateOptions, Usage};
 use crate::image::Preprocessed;
 use crate::media::FeatureCache;
@@ -17,6 +16,7 @@ use crate::sampler::SamplerConfig;
 use crate::stream::{Images, Session, TokenStream};
 use crate::template::{expand_image_placeholders, ChatTemplate, Message, RenderOptions, Role};
 use crate::tokenizer::{SpecialTokens, Tokenizer};
+use gemma::{LoadOptions, Model};
 
 /// Errors the engine reports (also inside events).
 #[derive(Debug, thiserror::Error)]
@@ -251,7 +251,10 @@ pub enum Event {
         delta: String,
         token_count: usize,
     },
-    Done { generation_id: u64, usage: Usage },
+    Done {
+        generation_id: u64,
+        usage: Usage,
+    },
     /// The generation failed; nothing more comes for it.
     Error {
         generation_id: u64,

@@ -799,6 +799,19 @@ fn corpus() -> Vec<Case> {
             },
         ),
         case(
+            "eos_token an object without content",
+            &[
+                "tokenizer_config.json",
+                "eos_token",
+                "a string or an object",
+            ],
+            |d| {
+                edit_json(&d.join("tokenizer_config.json"), |v| {
+                    v["eos_token"] = json!({"text": "<eos>"})
+                })
+            },
+        ),
+        case(
             "bos_token not in the vocabulary",
             &["tokenizer_config.json", "bos_token", "<s>", "not a token"],
             |d| {
@@ -881,4 +894,56 @@ fn the_undamaged_copy_loads() {
     // Guards the corpus: the copy itself is a good folder, so each failure above is the damage's.
     let tmp = copy_of_fixture();
     LoadedModel::load(tmp.path(), &LoadOptions::default()).unwrap();
+}
+
+#[test]
+fn tokenizer_configs_that_transformers_accepts_load_and_answer() {
+    use engine::generate::GenerateOptions;
+    use engine::stream::Session;
+    use engine::template::{Message, Role};
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit); 4] = [
+        ("boolean add_*_token", |v| {
+            v["add_bos_token"] = json!(false);
+            v["add_eos_token"] = json!(true);
+        }),
+        ("AddedToken objects", |v| {
+            for name in ["bos_token", "eos_token", "image_token"] {
+                let content = v[name].clone();
+                v[name] = json!({"__type": "AddedToken", "content": content, "lstrip": false});
+            }
+        }),
+        ("extra_special_tokens as names", |v| {
+            let image = v["image_token"].take();
+            v.as_object_mut().unwrap().remove("image_token");
+            v["extra_special_tokens"] = json!({"image_token": image});
+        }),
+        ("nulls and unknown fields", |v| {
+            v["sep_token"] = Value::Null;
+            v["legacy_token"] = json!(3);
+            v["clean_up_tokenization_spaces"] = json!(false);
+        }),
+    ];
+    for (name, edit) in cases {
+        let tmp = copy_of_fixture();
+        edit_json(&tmp.path().join("tokenizer_config.json"), edit);
+        let m = LoadedModel::load(tmp.path(), &LoadOptions::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let prompt = m
+            .prompt(&[Message::text(Role::User, "Hello")], false, &[])
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let options = GenerateOptions {
+            max_tokens: 2,
+            ..GenerateOptions::default()
+        };
+        let cancel = std::sync::atomic::AtomicBool::new(false);
+        m.generate(
+            &mut Session::new(&m.model),
+            &prompt,
+            &options,
+            &cancel,
+            |_| {},
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
 }

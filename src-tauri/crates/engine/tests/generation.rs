@@ -9,8 +9,8 @@ use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use engine::generate::{GenerateError, GenerateOptions, StopReason};
-use engine::stream::{Session, StreamEnd};
 use engine::sampler::SamplerConfig;
+use engine::stream::{Session, StreamEnd};
 use engine::template::{Message, Role};
 use engine::worker::{ChatRequest, Engine, EngineError, Event, LoadedModel};
 use gemma::LoadOptions;
@@ -23,14 +23,11 @@ fn a_follow_up_turn_prefills_only_the_new_tokens() {
     let mut messages = vec![Message::text(Role::User, "Tell me about bread and rivers.")];
     let first = m.prompt(&messages, false, &[]).unwrap();
     let mut answer_ids = Vec::new();
-    let usage = m.generate(
-        &mut session,
-        &first,
-        &greedy(12),
-        &cancel,
-        |d| answer_ids.extend(d.token),
-    )
-    .unwrap();
+    let usage = m
+        .generate(&mut session, &first, &greedy(12), &cancel, |d| {
+            answer_ids.extend(d.token)
+        })
+        .unwrap();
     assert_eq!(usage.reused_tokens, 0);
     assert_eq!(usage.prompt_tokens, first.ids.len());
 
@@ -50,14 +47,9 @@ fn a_follow_up_turn_prefills_only_the_new_tokens() {
         "the second prompt shares the whole first turn ({common} of {})",
         first.ids.len()
     );
-    let usage = m.generate(
-        &mut session,
-        &second,
-        &greedy(4),
-        &cancel,
-        |_| {},
-    )
-    .unwrap();
+    let usage = m
+        .generate(&mut session, &second, &greedy(4), &cancel, |_| {})
+        .unwrap();
     assert_eq!(
         usage.reused_tokens, common,
         "reused exactly the common prefix"
@@ -80,17 +72,12 @@ fn reused_cache_gives_the_same_answer_as_a_fresh_one() {
     )
     .unwrap();
     let cancel = AtomicBool::new(false);
-    let first = m.prompt(&[Message::text(Role::User, "Bread?")], false, &[])
+    let first = m
+        .prompt(&[Message::text(Role::User, "Bread?")], false, &[])
         .unwrap();
     let mut warm = Session::new(&m.model);
-    m.generate(
-        &mut warm,
-        &first,
-        &greedy(40),
-        &cancel,
-        |_| {},
-    )
-    .unwrap();
+    m.generate(&mut warm, &first, &greedy(40), &cancel, |_| {})
+        .unwrap();
     let messages = vec![
         Message::text(Role::User, "Bread?"),
         Message::text(Role::Assistant, "Flour and water."),
@@ -102,13 +89,9 @@ fn reused_cache_gives_the_same_answer_as_a_fresh_one() {
     let second = m.prompt(&messages, false, &[]).unwrap();
     let tokens = |session: &mut Session| {
         let mut ids = Vec::new();
-        m.generate(
-        session,
-        &second,
-        &greedy(8),
-        &cancel,
-        |d| ids.extend(d.token),
-        )
+        m.generate(session, &second, &greedy(8), &cancel, |d| {
+            ids.extend(d.token)
+        })
         .unwrap();
         ids
     };
@@ -121,18 +104,14 @@ fn reused_cache_gives_the_same_answer_as_a_fresh_one() {
 fn limits_are_reported_not_silent() {
     let m = LoadedModel::load(&fixture(), &LoadOptions::default()).unwrap();
     let cancel = AtomicBool::new(false);
-    let prompt = m.prompt(&[Message::text(Role::User, "Hello")], false, &[])
+    let prompt = m
+        .prompt(&[Message::text(Role::User, "Hello")], false, &[])
         .unwrap();
     let mut session = Session::new(&m.model);
     let mut count = 0;
-    let usage = m.generate(
-        &mut session,
-        &prompt,
-        &greedy(3),
-        &cancel,
-        |_| count += 1,
-    )
-    .unwrap();
+    let usage = m
+        .generate(&mut session, &prompt, &greedy(3), &cancel, |_| count += 1)
+        .unwrap();
     assert_eq!(
         (usage.generated_tokens, usage.stop_reason),
         (3, StopReason::MaxTokens)
@@ -143,14 +122,15 @@ fn limits_are_reported_not_silent() {
         context_window: prompt.ids.len() + 2,
         ..greedy(100)
     };
-    let usage = m.generate(
-        &mut Session::new(&m.model),
-        &prompt,
-        &tight,
-        &cancel,
-        |_| {},
-    )
-    .unwrap();
+    let usage = m
+        .generate(
+            &mut Session::new(&m.model),
+            &prompt,
+            &tight,
+            &cancel,
+            |_| {},
+        )
+        .unwrap();
     assert_eq!(usage.stop_reason, StopReason::ContextFull);
     assert!(usage.generated_tokens <= 2);
 
@@ -158,14 +138,15 @@ fn limits_are_reported_not_silent() {
         context_window: prompt.ids.len(),
         ..greedy(10)
     };
-    let error = m.generate(
-        &mut Session::new(&m.model),
-        &prompt,
-        &too_small,
-        &cancel,
-        |_| {},
-    )
-    .unwrap_err();
+    let error = m
+        .generate(
+            &mut Session::new(&m.model),
+            &prompt,
+            &too_small,
+            &cancel,
+            |_| {},
+        )
+        .unwrap_err();
     assert!(
         matches!(
             error,
@@ -261,10 +242,9 @@ fn a_follow_up_about_an_image_reuses_its_features_and_its_cache() {
         image.soft_tokens
     );
     let mut answer = Vec::new();
-    m.generate(&mut session, &first, &greedy(6),
-        &cancel,
-        |d| answer.extend(d.token),
-    )
+    m.generate(&mut session, &first, &greedy(6), &cancel, |d| {
+        answer.extend(d.token)
+    })
     .unwrap();
     assert_eq!(m.vision_tower_runs(), 1);
 
@@ -276,10 +256,7 @@ fn a_follow_up_about_an_image_reuses_its_features_and_its_cache() {
     messages.push(Message::text(Role::User, "And the colours?"));
     let second = m.prompt(&messages, false, &images).unwrap();
     let usage = m
-        .generate(&mut session, &second, &greedy(3),
-            &cancel,
-            |_| {},
-        )
+        .generate(&mut session, &second, &greedy(3), &cancel, |_| {})
         .unwrap();
     assert_eq!(
         m.vision_tower_runs(),
@@ -294,7 +271,10 @@ fn a_follow_up_about_an_image_reuses_its_features_and_its_cache() {
 
     // A new conversation about the same picture: prefilled again, but from cached features.
     let usage = m
-        .generate(&mut Session::new(&m.model), &first, &greedy(2),
+        .generate(
+            &mut Session::new(&m.model),
+            &first,
+            &greedy(2),
             &cancel,
             |_| {},
         )
@@ -302,34 +282,37 @@ fn a_follow_up_about_an_image_reuses_its_features_and_its_cache() {
     assert_eq!((usage.reused_tokens, m.vision_tower_runs()), (0, 1));
 
     // A prompt whose placeholders do not match the images is refused with both counts.
-    let error = m
-        .prompt(&messages, false, &[])
-        .unwrap_err()
-        .to_string();
+    let error = m.prompt(&messages, false, &[]).unwrap_err().to_string();
     assert!(error.contains('1') && error.contains('0'), "{error}");
 }
 
 #[test]
 fn a_stop_during_prefill_ends_before_any_token() {
     let m = LoadedModel::load(&fixture(), &LoadOptions::default()).unwrap();
-    let prompt = m.prompt(&[Message::text(Role::User, "word ".repeat(300))], false, &[])
+    let prompt = m
+        .prompt(
+            &[Message::text(Role::User, "word ".repeat(300))],
+            false,
+            &[],
+        )
         .unwrap();
     let mut session = Session::new(&m.model);
     // Set before the first chunk: the flag is read between prefill chunks, not only between tokens.
     let cancel = AtomicBool::new(true);
     let mut deltas = 0;
 
-    let usage = m.generate(
-        &mut session,
-        &prompt,
-        &GenerateOptions {
-            prefill_chunk: 64,
-            ..greedy(8)
-        },
-        &cancel,
-        |_| deltas += 1,
-    )
-    .unwrap();
+    let usage = m
+        .generate(
+            &mut session,
+            &prompt,
+            &GenerateOptions {
+                prefill_chunk: 64,
+                ..greedy(8)
+            },
+            &cancel,
+            |_| deltas += 1,
+        )
+        .unwrap();
 
     assert_eq!(usage.stop_reason, StopReason::Cancelled);
     assert_eq!((usage.generated_tokens, deltas), (0, 0));
@@ -401,7 +384,11 @@ fn the_warm_up_after_loading_changes_no_answer() {
 fn the_token_stream_hands_out_the_generators_ids_and_says_why_it_ended() {
     let m = common::load_f32();
     let prompt = m
-        .prompt(&[Message::text(Role::User, "Tell me about bread.")], false, &[])
+        .prompt(
+            &[Message::text(Role::User, "Tell me about bread.")],
+            false,
+            &[],
+        )
         .unwrap();
     let mut streamed = Vec::new();
     let usage = m
@@ -427,9 +414,15 @@ fn the_token_stream_hands_out_the_generators_ids_and_says_why_it_ended() {
     assert_eq!(stream.end(), Some(StreamEnd::MaxTokens));
     assert_eq!(ids.len(), 8);
     assert_eq!(&ids[..streamed.len()], streamed.as_slice());
-    assert_eq!(usage.generated_tokens, streamed.len() + usize::from(usage.stop_reason == StopReason::EndOfTurn));
+    assert_eq!(
+        usage.generated_tokens,
+        streamed.len() + usize::from(usage.stop_reason == StopReason::EndOfTurn)
+    );
     // The caches hold the prompt and every id but the last (never fed forward).
-    assert_eq!(session.tokens(), [prompt.ids.as_slice(), &ids[..7]].concat());
+    assert_eq!(
+        session.tokens(),
+        [prompt.ids.as_slice(), &ids[..7]].concat()
+    );
 
     // Room for three ids in the context window: three, then ContextFull.
     let tight = GenerateOptions {
@@ -437,7 +430,9 @@ fn the_token_stream_hands_out_the_generators_ids_and_says_why_it_ended() {
         ..greedy(100)
     };
     let mut session = Session::new(&m.model);
-    let mut stream = m.token_stream(&mut session, &prompt, &tight, &cancel).unwrap();
+    let mut stream = m
+        .token_stream(&mut session, &prompt, &tight, &cancel)
+        .unwrap();
     let mut count = 0;
     while stream.next_token().unwrap().is_some() {
         count += 1;

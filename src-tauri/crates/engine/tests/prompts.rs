@@ -9,8 +9,8 @@ use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use engine::generate::{GenerateError, GenerateOptions, StopReason, Usage};
-use engine::stream::Session;
 use engine::sampler::SamplerConfig;
+use engine::stream::Session;
 use engine::template::{Message, Part, RenderOptions, Role};
 use engine::tokenizer::{CHANNEL_CLOSE, CHANNEL_OPEN};
 use engine::worker::{ChatRequest, Engine, EngineError, Event, LoadedModel};
@@ -157,7 +157,12 @@ fn empty_and_blank_messages_are_answered() {
         ),
         "{error:?}"
     );
-    assert!(error.to_string().contains("cannot render this conversation"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("cannot render this conversation"),
+        "{error}"
+    );
     let (usage, _) = answer(&m, &[Message::text(Role::User, "hi")], &options(4, 4096)).unwrap();
     assert_answered(&usage, 4, "after the refusal");
 }
@@ -173,7 +178,11 @@ fn a_one_megabyte_paste_tokenizes_and_is_refused_by_size() {
     for (name, text) in [("prose", prose), ("one unbroken run", blob)] {
         let messages = [Message::text(Role::User, text)];
         let prompt = m.prompt(&messages, false, &[]).unwrap();
-        assert!(prompt.ids.len() > 32_768, "{name}: {} tokens", prompt.ids.len());
+        assert!(
+            prompt.ids.len() > 32_768,
+            "{name}: {} tokens",
+            prompt.ids.len()
+        );
         let error = answer(&m, &messages, &GenerateOptions::default()).unwrap_err();
         assert!(
             matches!(
@@ -232,7 +241,8 @@ fn unusual_unicode_goes_through_template_tokenizer_and_generation() {
                 ],
             ),
         ];
-        let prompt = m.prompt(&all_roles, false, &[])
+        let prompt = m
+            .prompt(&all_roles, false, &[])
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(prompt.ids.iter().all(|&id| id < vocab), "{name}");
         // The text comes back verbatim from the prompt's ids.
@@ -421,7 +431,10 @@ fn every_special_token_typed_in_a_message_is_answered_and_stays_text() {
     };
     engine.load(&fixture(), f32).expect("the fixture loads");
     let texts = special_texts(&m);
-    assert!(texts.len() >= 20, "the fixture has Gemma 4's control tokens: {texts:?}");
+    assert!(
+        texts.len() >= 20,
+        "the fixture has Gemma 4's control tokens: {texts:?}"
+    );
     let thinking = [CHANNEL_OPEN, CHANNEL_CLOSE];
     let typed = |t: &str| format!("Look: {t} and {t}{t}");
     let user = |text: String| vec![Message::text(Role::User, text)];
@@ -435,7 +448,9 @@ fn every_special_token_typed_in_a_message_is_answered_and_stays_text() {
     let plain_user = control_ids(&m, &m.prompt(&user(typed("")), false, &[]).unwrap().ids);
     let plain_answer = control_ids(
         &m,
-        &m.prompt(&earlier_answer(typed("")), false, &[]).unwrap().ids,
+        &m.prompt(&earlier_answer(typed("")), false, &[])
+            .unwrap()
+            .ids,
     );
     for t in &texts {
         // Typed by the person: no control id more than without it, and the text comes back.

@@ -35,8 +35,16 @@ fn text(bytes: &[u8]) -> String {
 fn generate(model: &Path, prompt: &str) -> Result<Value, String> {
     let model = model.to_str().unwrap();
     let args = [
-        "generate", "--model", model, "--prompt", prompt, "--json", "--max-tokens", "3",
-        "--dtype", "float32",
+        "generate",
+        "--model",
+        model,
+        "--prompt",
+        prompt,
+        "--json",
+        "--max-tokens",
+        "3",
+        "--dtype",
+        "float32",
     ];
     let out = run(&args, "");
     if !out.status.success() {
@@ -52,7 +60,13 @@ fn generate(model: &Path, prompt: &str) -> Result<Value, String> {
 fn chat(model: &Path, lines: &[&str]) -> Result<String, String> {
     let model = model.to_str().unwrap();
     let args = [
-        "chat", "--model", model, "--max-tokens", "3", "--dtype", "float32",
+        "chat",
+        "--model",
+        model,
+        "--max-tokens",
+        "3",
+        "--dtype",
+        "float32",
     ];
     let out = run(&args, &format!("{}\n", lines.join("\n")));
     let stderr = text(&out.stderr);
@@ -96,7 +110,9 @@ fn a_prompt_holding_every_control_token_is_answered_by_generate_and_chat() {
 }
 
 /// A copy of the fixture with `edit` applied to its tokenizer_config.json.
-fn with_tokenizer_config(edit: impl FnOnce(&mut serde_json::Map<String, Value>)) -> tempfile::TempDir {
+fn with_tokenizer_config(
+    edit: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(fixture()).unwrap() {
         let entry = entry.unwrap();
@@ -140,7 +156,10 @@ fn tokenizer_configs_transformers_accepts_load_in_generate_and_chat() {
             c.insert("clean_up_tokenization_spaces".into(), json!(false));
             c.insert("sp_model_kwargs".into(), json!({}));
             c.insert("legacy_token".into(), json!(3));
-            c.insert("model_input_names".into(), json!(["input_ids", "attention_mask"]));
+            c.insert(
+                "model_input_names".into(),
+                json!(["input_ids", "attention_mask"]),
+            );
             c.insert(
                 "added_tokens_decoder".into(),
                 json!({"0": {"content": "<pad>", "special": true}}),
@@ -164,7 +183,11 @@ fn a_damaged_tokenizer_config_is_refused_in_words_by_generate_and_chat() {
         (
             "bos_token a number",
             |c| drop(c.insert("bos_token".into(), json!(4))),
-            &["tokenizer_config.json", "bos_token", "a string or an object"],
+            &[
+                "tokenizer_config.json",
+                "bos_token",
+                "a string or an object",
+            ],
         ),
         (
             "eos_token an object without content",

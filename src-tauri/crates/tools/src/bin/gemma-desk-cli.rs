@@ -9,10 +9,10 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::sync::Arc;
 
 use engine::generate::GenerateOptions;
-use engine::stream::{placeholder_runs, Session};
 use engine::image::{preprocess_path, SoftTokenBudget};
 use engine::media::FeatureCache;
 use engine::sampler::SamplerConfig;
+use engine::stream::{placeholder_runs, Session};
 use engine::template::{Message, Part, Role};
 use engine::worker::LoadedModel;
 use gemma::{LoadOptions, MediaFeatures, Model};
@@ -251,15 +251,15 @@ fn generate_once(
     let cancel = AtomicBool::new(false);
     let mut out = std::io::stdout().lock();
     let usage = m.generate(&mut session, &prompt, &options, &cancel, |d| {
-            let line = if json {
-                let record = match d.token {
-                    Some(token) => serde_json::json!({ "token": token, "text": d.text }),
-                    None => serde_json::json!({ "text": d.text }),
-                };
-                format!("{record}\n")
-            } else {
-                d.text
+        let line = if json {
+            let record = match d.token {
+                Some(token) => serde_json::json!({ "token": token, "text": d.text }),
+                None => serde_json::json!({ "text": d.text }),
             };
+            format!("{record}\n")
+        } else {
+            d.text
+        };
         let _ = out.write_all(line.as_bytes());
         let _ = out.flush();
     })?;
