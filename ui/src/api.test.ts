@@ -57,7 +57,8 @@ describe("commands", () => {
       return { id: "p1" };
     });
     // mockIPC drops invoke options; check them on the bridge call itself.
-    const internals = (window as unknown as { __TAURI_INTERNALS__: { invoke: (...args: unknown[]) => unknown } }).__TAURI_INTERNALS__;
+    const internals = (window as unknown as { __TAURI_INTERNALS__: { invoke: (...args: unknown[]) => unknown } })
+      .__TAURI_INTERNALS__;
     const spy = vi.spyOn(internals, "invoke");
 
     await addPastedImage(new Uint8Array([1, 2, 3]), "Bildschirmfoto 2025–06–01.png");
@@ -69,7 +70,16 @@ describe("commands", () => {
 });
 
 describe("errors", () => {
-  const kinds: ErrorKind[] = ["io", "noModel", "modelInvalid", "busy", "notFound", "invalidInput", "contextFull", "internal"];
+  const kinds: ErrorKind[] = [
+    "io",
+    "noModel",
+    "modelInvalid",
+    "busy",
+    "notFound",
+    "invalidInput",
+    "contextFull",
+    "internal",
+  ];
 
   it.each(kinds)("turns a backend %s error into an ApiError with its kind and message", async (kind) => {
     mockIPC(() => {
@@ -104,7 +114,14 @@ describe("events", () => {
     const stopStates = await onModelState((state) => states.push(state));
     await onGeneration((event) => generations.push(event));
 
-    const event: GenerationEvent = { type: "delta", generationId: 1, conversationId: "c", messageId: "m", delta: "Hi", tokenCount: 1 };
+    const event: GenerationEvent = {
+      type: "delta",
+      generationId: 1,
+      conversationId: "c",
+      messageId: "m",
+      delta: "Hi",
+      tokenCount: 1,
+    };
     await emit("model-state", { state: "none" });
     await emit("generation", event);
     stopStates();

@@ -130,7 +130,10 @@ describe("first run", () => {
 
   it("shows why a chosen folder is not a usable model, in words", async () => {
     handle("choose_model_folder", () => {
-      throw { kind: "modelInvalid", message: "This folder has no config.json. Choose the folder that holds the model files." };
+      throw {
+        kind: "modelInvalid",
+        message: "This folder has no config.json. Choose the folder that holds the model files.",
+      };
     });
     await mount();
     click($("choose-folder"));
@@ -160,7 +163,15 @@ describe("first run", () => {
     expect(callsOf("download_model")).toHaveLength(1);
     const progress: ModelState = {
       state: "downloading",
-      progress: { file: "model.safetensors", filesDone: 2, filesTotal: 7, bytesDone: 1_250_000_000, bytesTotal: 5_000_000_000, bytesPerSecond: 25_000_000, etaSeconds: 150 },
+      progress: {
+        file: "model.safetensors",
+        filesDone: 2,
+        filesTotal: 7,
+        bytesDone: 1_250_000_000,
+        bytesTotal: 5_000_000_000,
+        bytesPerSecond: 25_000_000,
+        etaSeconds: 150,
+      },
     };
     emit("model-state", progress);
     expect($("download-progress")?.textContent).toContain("1.3 GB of 5.0 GB (25%)");
@@ -177,7 +188,15 @@ describe("first run", () => {
     await mount();
     const progress = (bytesDone: number): ModelState => ({
       state: "downloading",
-      progress: { file: "a", filesDone: 0, filesTotal: 1, bytesDone, bytesTotal: 100, bytesPerSecond: 1, etaSeconds: null },
+      progress: {
+        file: "a",
+        filesDone: 0,
+        filesTotal: 1,
+        bytesDone,
+        bytesTotal: 100,
+        bytesPerSecond: 1,
+        etaSeconds: null,
+      },
     });
     emit("model-state", progress(1));
     $("cancel-download")?.focus();
@@ -342,7 +361,9 @@ describe("sending and streaming", () => {
   it("sends on Enter, streams coalesced deltas, and shows stats when done", async () => {
     await mount();
     const sent = await sendText("Hello there");
-    expect(callsOf("send_message").at(-1)?.args).toEqual({ request: { conversationId: null, text: "Hello there", attachmentIds: [] } });
+    expect(callsOf("send_message").at(-1)?.args).toEqual({
+      request: { conversationId: null, text: "Hello there", attachmentIds: [] },
+    });
     expect(composer().value).toBe("");
     expect($("stop")?.hidden).toBe(false);
     expect($("send")?.hidden).toBe(true);
@@ -372,7 +393,14 @@ describe("sending and streaming", () => {
     await mount();
     const sent = await sendText("Question");
     const answer = messages()[1] as HTMLElement;
-    backend.event({ type: "delta", generationId: 99, conversationId: other.id, messageId: "elsewhere", delta: "WRONG", tokenCount: 1 });
+    backend.event({
+      type: "delta",
+      generationId: 99,
+      conversationId: other.id,
+      messageId: "elsewhere",
+      delta: "WRONG",
+      tokenCount: 1,
+    });
     backend.delta(sent, "right", 1);
     await drainFrames();
     expect(root.querySelector(".messages")?.textContent).not.toContain("WRONG");
@@ -452,7 +480,13 @@ describe("sending and streaming", () => {
   it("shows a failed answer's error under it", async () => {
     await mount();
     const sent = await sendText("Go");
-    backend.event({ type: "error", generationId: sent.generationId, conversationId: sent.conversation.id, messageId: sent.assistantMessageId, error: { kind: "internal", message: "Metal ran out of memory" } });
+    backend.event({
+      type: "error",
+      generationId: sent.generationId,
+      conversationId: sent.conversation.id,
+      messageId: sent.assistantMessageId,
+      error: { kind: "internal", message: "Metal ran out of memory" },
+    });
     const answer = messages()[1] as HTMLElement;
     expect(answer.dataset.status).toBe("error");
     expect(answer.querySelector('[data-testid="answer-stats"]')?.textContent).toContain("Metal ran out of memory");
@@ -489,7 +523,9 @@ describe("sending and streaming", () => {
     await sendText("more").catch(() => undefined);
     expect($("context-notice")?.textContent).toContain("This message does not fit.");
     expect(composer().value).toBe("more");
-    click([...($("context-notice")?.querySelectorAll("button") ?? [])].find((b) => b.textContent === "New Chat") ?? null);
+    click(
+      [...($("context-notice")?.querySelectorAll("button") ?? [])].find((b) => b.textContent === "New Chat") ?? null,
+    );
     expect($("context-notice")).toBeNull();
     expect(messages()).toHaveLength(0);
   });
@@ -521,7 +557,11 @@ describe("sending and streaming", () => {
     field!.value = "Capital of France?";
     press(field!, "Enter");
     await settle();
-    expect(callsOf("edit_message").at(-1)?.args).toEqual({ conversationId: first.conversation.id, messageId: first.userMessage.id, text: "Capital of France?" });
+    expect(callsOf("edit_message").at(-1)?.args).toEqual({
+      conversationId: first.conversation.id,
+      messageId: first.userMessage.id,
+      text: "Capital of France?",
+    });
     expect(messages()[0]?.textContent).toContain("Capital of France?");
     expect(messages()[1]?.dataset.status).toBe("streaming");
   });
@@ -585,7 +625,15 @@ describe("links in answers", () => {
 });
 
 describe("attachments", () => {
-  const image = { id: "p1", name: "cat.png", mime: "image/png", width: 640, height: 480, byteSize: 12_000, thumbnail: "data:image/png;base64,AAAA" };
+  const image = {
+    id: "p1",
+    name: "cat.png",
+    mime: "image/png",
+    width: 640,
+    height: 480,
+    byteSize: 12_000,
+    thumbnail: "data:image/png;base64,AAAA",
+  };
 
   it("shows a drop overlay while files hover and adds dropped images", async () => {
     await mount();
@@ -615,7 +663,9 @@ describe("attachments", () => {
     await settle();
     expect($$("pending-attachment")).toHaveLength(1);
     await sendText("What is this?");
-    expect(callsOf("send_message").at(-1)?.args).toEqual({ request: { conversationId: null, text: "What is this?", attachmentIds: ["p1"] } });
+    expect(callsOf("send_message").at(-1)?.args).toEqual({
+      request: { conversationId: null, text: "What is this?", attachmentIds: ["p1"] },
+    });
     expect($$("pending-attachment")).toHaveLength(0);
     await settle();
     const shown = messages()[0]?.querySelector<HTMLImageElement>('[data-testid="message-attachment"]');
@@ -652,7 +702,9 @@ describe("settings", () => {
     ($("setting-thinking") as HTMLInputElement).checked = true;
     click($("settings-save"));
     await settle();
-    expect(callsOf("save_settings").at(-1)?.args).toEqual({ settings: { ...backend.settings, temperature: 0.7, thinking: true } });
+    expect(callsOf("save_settings").at(-1)?.args).toEqual({
+      settings: { ...backend.settings, temperature: 0.7, thinking: true },
+    });
     expect(dialog.open).toBe(false);
   });
 

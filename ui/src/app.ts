@@ -62,7 +62,11 @@ export class App {
   private readonly unlisteners: UnlistenFn[] = [];
   private readonly cleanups: (() => void)[] = [];
 
-  private readonly main = el("main", { class: "content", "aria-busy": "true" }, el("p", { class: "loading" }, "Loading…"));
+  private readonly main = el(
+    "main",
+    { class: "content", "aria-busy": "true" },
+    el("p", { class: "loading" }, "Loading…"),
+  );
   private readonly sidebar: Sidebar;
   private readonly composer: Composer;
   private readonly chat: ChatView;
@@ -102,7 +106,13 @@ export class App {
         stop: () => void this.stop(),
         thumbnail: (attachment) => this.thumbnail(attachment),
       },
-      el("div", { class: "chat-empty" }, el("div", { class: "mark", "aria-hidden": "true" }, "G"), this.emptyTitle, this.emptyNote),
+      el(
+        "div",
+        { class: "chat-empty" },
+        el("div", { class: "mark", "aria-hidden": "true" }, "G"),
+        this.emptyTitle,
+        this.emptyNote,
+      ),
     );
     this.settingsDialog = new SettingsDialog({
       load: () => api.getSettings(),
@@ -265,7 +275,10 @@ export class App {
       this.messages = conversation.messages.map((message) => this.withLiveState(message));
       const last = [...this.messages].reverse().find((message) => message.role === "assistant");
       if (last?.usage?.stopReason === "contextFull" && !this.contextFull)
-        this.contextFull = { conversationId: id, message: "Its last answer was cut off because the context window filled up." };
+        this.contextFull = {
+          conversationId: id,
+          message: "Its last answer was cut off because the context window filled up.",
+        };
       this.renderMain();
       this.chat.setTitle(conversation.title);
       if (messageId) this.chat.reveal(messageId);
@@ -332,7 +345,15 @@ export class App {
       attachments: attachments.map((attachment) => {
         const id = `${PENDING_PREFIX}${attachment.id}`;
         this.thumbnails.set(id, Promise.resolve(attachment.thumbnail));
-        return { id, hash: "", mime: attachment.mime, width: attachment.width, height: attachment.height, byteSize: attachment.byteSize, fileName: attachment.name };
+        return {
+          id,
+          hash: "",
+          mime: attachment.mime,
+          width: attachment.width,
+          height: attachment.height,
+          byteSize: attachment.byteSize,
+          fileName: attachment.name,
+        };
       }),
     };
     this.sending = true;
@@ -468,12 +489,21 @@ export class App {
         };
     } else {
       answer = { text: live.text, status: "error", usage: null, error: event.error.message };
-      if (event.error.kind === "contextFull") this.contextFull = { conversationId: event.conversationId, message: event.error.message };
+      if (event.error.kind === "contextFull")
+        this.contextFull = { conversationId: event.conversationId, message: event.error.message };
     }
     this.remember(event.messageId, answer);
     if (event.conversationId === this.openId) {
-      this.messages = this.messages.map((message) => (message.id === event.messageId ? { ...message, ...answer } : message));
-      announce(answer.status === "complete" ? "Answer complete" : answer.status === "stopped" ? "Answer stopped" : "The answer failed");
+      this.messages = this.messages.map((message) =>
+        message.id === event.messageId ? { ...message, ...answer } : message,
+      );
+      announce(
+        answer.status === "complete"
+          ? "Answer complete"
+          : answer.status === "stopped"
+            ? "Answer stopped"
+            : "The answer failed",
+      );
     }
     this.updateGenerating();
     this.renderChat();
@@ -543,7 +573,8 @@ export class App {
     if (attachments.length === 0) return;
     this.pending = [...this.pending, ...attachments];
     this.composer.setAttachments(this.pending);
-    if (this.model.state === "ready" && !this.model.vision) this.toasts.show("This model does not read images; they will be ignored.");
+    if (this.model.state === "ready" && !this.model.vision)
+      this.toasts.show("This model does not read images; they will be ignored.");
   }
 
   private removeAttachment(attachment: PendingAttachment): void {
@@ -630,7 +661,12 @@ export class App {
       if (live) counts.set(message.id, live.tokenCount);
     }
     const windowSize = this.contextWindow();
-    this.chat.setMessages(this.messages, { idle, contextWindow: windowSize, tokenCounts: counts, loading: this.loadingConversation });
+    this.chat.setMessages(this.messages, {
+      idle,
+      contextWindow: windowSize,
+      tokenCounts: counts,
+      loading: this.loadingConversation,
+    });
     if (this.model.state === "ready") this.emptyTitle.textContent = `Chat with ${this.model.name}`;
     const notice = this.contextFull && this.contextFull.conversationId === this.openId ? this.contextFull : null;
     this.chat.setNotice(

@@ -13,7 +13,13 @@ import type {
 } from "../api";
 import { emit, handle } from "./fake-tauri";
 
-export const READY: ModelState = { state: "ready", name: "Gemma 4 E4B", dir: "/models/gemma-4-e4b", contextWindow: 8192, vision: true };
+export const READY: ModelState = {
+  state: "ready",
+  name: "Gemma 4 E4B",
+  dir: "/models/gemma-4-e4b",
+  contextWindow: 8192,
+  vision: true,
+};
 
 export const SETTINGS: Settings = {
   systemPrompt: "",
@@ -27,7 +33,15 @@ export const SETTINGS: Settings = {
 };
 
 export function message(partial: Partial<Message> & Pick<Message, "id" | "conversationId" | "role" | "text">): Message {
-  return { position: 0, status: "complete", error: null, usage: null, createdAt: Date.now(), attachments: [], ...partial };
+  return {
+    position: 0,
+    status: "complete",
+    error: null,
+    usage: null,
+    createdAt: Date.now(),
+    attachments: [],
+    ...partial,
+  };
 }
 
 export function usage(partial: Partial<Usage> = {}): Usage {
@@ -69,23 +83,35 @@ export class FakeBackend {
       this.conversations.delete(id as string);
     });
     handle("search_conversations", () => this.hits);
-    handle("send_message", ({ request }) => this.send(request as { conversationId: string | null; text: string; attachmentIds: string[] }));
+    handle("send_message", ({ request }) =>
+      this.send(request as { conversationId: string | null; text: string; attachmentIds: string[] }),
+    );
     handle("regenerate", ({ conversationId }) => this.regenerate(conversationId as string));
-    handle("edit_message", ({ conversationId, messageId, text }) => this.edit(conversationId as string, messageId as string, text as string));
+    handle("edit_message", ({ conversationId, messageId, text }) =>
+      this.edit(conversationId as string, messageId as string, text as string),
+    );
     handle("stop_generation", () => true);
     handle("get_settings", () => ({ ...this.settings }));
     handle("save_settings", ({ settings }) => {
       this.settings = { ...(settings as Settings) };
       return { ...this.settings };
     });
-    handle("memory_usage", () => ({ residentBytes: 3_400_000_000, mlxActiveBytes: 2_900_000_000, mlxPeakBytes: 3_100_000_000 }));
+    handle("memory_usage", () => ({
+      residentBytes: 3_400_000_000,
+      mlxActiveBytes: 2_900_000_000,
+      mlxPeakBytes: 3_100_000_000,
+    }));
     handle("attachment_thumbnail", ({ attachmentId }) => `data:image/png;base64,${String(attachmentId)}`);
     handle("remove_pending_attachment", () => undefined);
     handle("open_link", () => undefined);
     handle("pick_images", () => []);
   }
 
-  addConversation(title: string, messages: Omit<Message, "conversationId" | "position">[] = [], updatedAt = Date.now()): Conversation {
+  addConversation(
+    title: string,
+    messages: Omit<Message, "conversationId" | "position">[] = [],
+    updatedAt = Date.now(),
+  ): Conversation {
     const id = `c${this.nextId++}`;
     const conversation: Conversation = {
       id,
@@ -123,11 +149,25 @@ export class FakeBackend {
   }
 
   delta(sent: Sent, delta: string, tokenCount: number): void {
-    this.event({ type: "delta", generationId: sent.generationId, conversationId: sent.conversation.id, messageId: sent.assistantMessageId, delta, tokenCount });
+    this.event({
+      type: "delta",
+      generationId: sent.generationId,
+      conversationId: sent.conversation.id,
+      messageId: sent.assistantMessageId,
+      delta,
+      tokenCount,
+    });
   }
 
   done(sent: Sent, partial: Partial<Usage> = {}, contextWindow = 8192): void {
-    this.event({ type: "done", generationId: sent.generationId, conversationId: sent.conversation.id, messageId: sent.assistantMessageId, usage: usage(partial), contextWindow });
+    this.event({
+      type: "done",
+      generationId: sent.generationId,
+      conversationId: sent.conversation.id,
+      messageId: sent.assistantMessageId,
+      usage: usage(partial),
+      contextWindow,
+    });
   }
 
   event(event: GenerationEvent): void {
@@ -149,7 +189,15 @@ export class FakeBackend {
       position: conversation.messages.length,
       role: "user",
       text: request.text,
-      attachments: request.attachmentIds.map((id) => ({ id: `a-${id}`, hash: "h", mime: "image/png", width: 64, height: 48, byteSize: 100, fileName: "x.png" })),
+      attachments: request.attachmentIds.map((id) => ({
+        id: `a-${id}`,
+        hash: "h",
+        mime: "image/png",
+        width: 64,
+        height: 48,
+        byteSize: 100,
+        fileName: "x.png",
+      })),
     });
     conversation.messages.push(user);
     return this.answer(conversation, user);
@@ -176,10 +224,22 @@ export class FakeBackend {
   private answer(conversation: Conversation, user: Message): Sent {
     const assistantMessageId = `m${this.nextId++}`;
     conversation.messages.push(
-      message({ id: assistantMessageId, conversationId: conversation.id, position: user.position + 1, role: "assistant", text: "", status: "streaming" }),
+      message({
+        id: assistantMessageId,
+        conversationId: conversation.id,
+        position: user.position + 1,
+        role: "assistant",
+        text: "",
+        status: "streaming",
+      }),
     );
     conversation.updatedAt = Date.now();
-    const sent = { conversation: this.summary(conversation), userMessage: user, assistantMessageId, generationId: this.nextGeneration++ };
+    const sent = {
+      conversation: this.summary(conversation),
+      userMessage: user,
+      assistantMessageId,
+      generationId: this.nextGeneration++,
+    };
     this.sent.push(sent);
     return sent;
   }

@@ -20,11 +20,56 @@ interface NumberField {
 }
 
 const NUMBER_FIELDS: NumberField[] = [
-  { key: "temperature", label: "Temperature", help: "Higher is more varied, 0 always picks the likeliest word.", min: 0, max: 2, step: 0.05, integer: false, slider: true },
-  { key: "topP", label: "Top P", help: "Samples from the smallest set of words whose probabilities add up to this.", min: 0.01, max: 1, step: 0.01, integer: false, slider: true },
-  { key: "topK", label: "Top K", help: "Samples from this many likeliest words; 0 turns the limit off.", min: 0, max: 1000, step: 1, integer: true, slider: false },
-  { key: "maxTokens", label: "Maximum answer length", help: "Tokens per answer (a token is about ¾ of a word).", min: 1, max: MAX_CONTEXT, step: 1, integer: true, slider: false },
-  { key: "contextLength", label: "Context length", help: "Tokens of conversation the model keeps in view. Longer uses more memory.", min: MIN_CONTEXT, max: MAX_CONTEXT, step: 1, integer: true, slider: false },
+  {
+    key: "temperature",
+    label: "Temperature",
+    help: "Higher is more varied, 0 always picks the likeliest word.",
+    min: 0,
+    max: 2,
+    step: 0.05,
+    integer: false,
+    slider: true,
+  },
+  {
+    key: "topP",
+    label: "Top P",
+    help: "Samples from the smallest set of words whose probabilities add up to this.",
+    min: 0.01,
+    max: 1,
+    step: 0.01,
+    integer: false,
+    slider: true,
+  },
+  {
+    key: "topK",
+    label: "Top K",
+    help: "Samples from this many likeliest words; 0 turns the limit off.",
+    min: 0,
+    max: 1000,
+    step: 1,
+    integer: true,
+    slider: false,
+  },
+  {
+    key: "maxTokens",
+    label: "Maximum answer length",
+    help: "Tokens per answer (a token is about ¾ of a word).",
+    min: 1,
+    max: MAX_CONTEXT,
+    step: 1,
+    integer: true,
+    slider: false,
+  },
+  {
+    key: "contextLength",
+    label: "Context length",
+    help: "Tokens of conversation the model keeps in view. Longer uses more memory.",
+    min: MIN_CONTEXT,
+    max: MAX_CONTEXT,
+    step: 1,
+    integer: true,
+    slider: false,
+  },
 ];
 
 /** Field errors in words, keyed by setting; empty when the settings are valid. */
@@ -35,7 +80,8 @@ export function validateSettings(settings: Settings): Partial<Record<keyof Setti
     if (!Number.isFinite(value)) errors[field.key] = `${field.label} must be a number.`;
     else if (field.integer && !Number.isInteger(value)) errors[field.key] = `${field.label} must be a whole number.`;
     else if (value < field.min || value > field.max)
-      errors[field.key] = `${field.label} must be between ${field.min.toLocaleString("en-US")} and ${field.max.toLocaleString("en-US")}.`;
+      errors[field.key] =
+        `${field.label} must be between ${field.min.toLocaleString("en-US")} and ${field.max.toLocaleString("en-US")}.`;
   }
   if (!errors.maxTokens && !errors.contextLength && settings.maxTokens > settings.contextLength)
     errors.maxTokens = "The maximum answer length cannot exceed the context length.";
@@ -55,7 +101,11 @@ export class SettingsDialog {
   private readonly formError = el("p", { class: "form-error", role: "alert", hidden: true });
   private readonly inputs = new Map<keyof Settings, HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement>();
   private readonly errors = new Map<keyof Settings, HTMLElement>();
-  private readonly saveButton = el("button", { type: "submit", class: "primary", "data-testid": "settings-save" }, "Save");
+  private readonly saveButton = el(
+    "button",
+    { type: "submit", class: "primary", "data-testid": "settings-save" },
+    "Save",
+  );
   private opener: HTMLElement | null = null;
 
   constructor(private readonly handlers: SettingsDialogHandlers) {
@@ -173,7 +223,10 @@ export class SettingsDialog {
     this.inputs.get(key)?.setAttribute("aria-invalid", "true");
   }
 
-  private describe(key: keyof Settings, help: string): { helpId: string; helpEl: HTMLElement; errorEl: HTMLElement; errorId: string } {
+  private describe(
+    key: keyof Settings,
+    help: string,
+  ): { helpId: string; helpEl: HTMLElement; errorEl: HTMLElement; errorId: string } {
     const helpId = uniqueId(`help-${key}`);
     const errorId = uniqueId(`error-${key}`);
     const errorEl = el("p", { class: "field-error", id: errorId, hidden: true });
@@ -184,7 +237,13 @@ export class SettingsDialog {
   private textField(key: "systemPrompt", label: string, help: string): HTMLElement {
     const id = uniqueId(key);
     const { helpId, errorId, helpEl, errorEl } = this.describe(key, help);
-    const input = el("textarea", { id, name: key, rows: "4", "aria-describedby": `${helpId} ${errorId}`, "data-testid": `setting-${key}` });
+    const input = el("textarea", {
+      id,
+      name: key,
+      rows: "4",
+      "aria-describedby": `${helpId} ${errorId}`,
+      "data-testid": `setting-${key}`,
+    });
     this.inputs.set(key, input);
     return el("div", { class: "field wide" }, el("label", { for: id }, label), input, helpEl, errorEl);
   }
@@ -236,10 +295,21 @@ export class SettingsDialog {
       "imageTokenBudget",
       "Tokens per image. More sees finer detail but takes longer and fills the context sooner.",
     );
-    const labels: Record<number, string> = { 70: "70 — fastest", 140: "140", 280: "280 — balanced", 560: "560", 1120: "1120 — finest detail" };
+    const labels: Record<number, string> = {
+      70: "70 — fastest",
+      140: "140",
+      280: "280 — balanced",
+      560: "560",
+      1120: "1120 — finest detail",
+    };
     const select = el(
       "select",
-      { id, name: "imageTokenBudget", "aria-describedby": `${helpId} ${errorId}`, "data-testid": "setting-imageTokenBudget" },
+      {
+        id,
+        name: "imageTokenBudget",
+        "aria-describedby": `${helpId} ${errorId}`,
+        "data-testid": "setting-imageTokenBudget",
+      },
       ...IMAGE_TOKEN_BUDGETS.map((budget) => el("option", { value: String(budget) }, labels[budget] ?? String(budget))),
     );
     this.inputs.set("imageTokenBudget", select);
@@ -248,9 +318,24 @@ export class SettingsDialog {
 
   private thinkingField(): HTMLElement {
     const id = uniqueId("thinking");
-    const { helpId, errorId, helpEl, errorEl } = this.describe("thinking", "Lets the model reason before answering; slower, often better on hard questions.");
-    const input = el("input", { id, name: "thinking", type: "checkbox", "aria-describedby": `${helpId} ${errorId}`, "data-testid": "setting-thinking" });
+    const { helpId, errorId, helpEl, errorEl } = this.describe(
+      "thinking",
+      "Lets the model reason before answering; slower, often better on hard questions.",
+    );
+    const input = el("input", {
+      id,
+      name: "thinking",
+      type: "checkbox",
+      "aria-describedby": `${helpId} ${errorId}`,
+      "data-testid": "setting-thinking",
+    });
     this.inputs.set("thinking", input);
-    return el("div", { class: "field checkbox" }, el("div", { class: "field-row" }, input, el("label", { for: id }, "Thinking")), helpEl, errorEl);
+    return el(
+      "div",
+      { class: "field checkbox" },
+      el("div", { class: "field-row" }, input, el("label", { for: id }, "Thinking")),
+      helpEl,
+      errorEl,
+    );
   }
 }
