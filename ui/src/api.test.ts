@@ -51,7 +51,6 @@ describe("commands", () => {
 
   it("sends pasted images as a raw body with an ASCII file-name header", async () => {
     let body: unknown;
-    let options: unknown;
     mockIPC((_command, payload) => {
       body = payload;
       return { id: "p1" };
@@ -64,7 +63,7 @@ describe("commands", () => {
     await addPastedImage(new Uint8Array([1, 2, 3]), "Bildschirmfoto 2025–06–01.png");
 
     expect(body).toEqual(new Uint8Array([1, 2, 3]));
-    options = spy.mock.calls[0]?.[2];
+    const options = spy.mock.calls[0]?.[2];
     expect(options).toEqual({ headers: { "x-file-name": "Bildschirmfoto 2025_06_01.png" } });
   });
 });

@@ -80,14 +80,14 @@ function press(target: Element, key: string, init: KeyboardEventInit = {}): Keyb
   return event;
 }
 
-async function type(text: string): Promise<void> {
+function type(text: string): void {
   const field = composer();
   field.value = text;
   field.dispatchEvent(new Event("input", { bubbles: true }));
 }
 
 async function sendText(text: string): Promise<Sent> {
-  await type(text);
+  type(text);
   press(composer(), "Enter");
   await settle();
   return backend.lastSent;
@@ -440,7 +440,7 @@ describe("sending and streaming", () => {
       generationId: 42,
     };
     backend.sent.push(sent);
-    await type("Hi");
+    type("Hi");
     press(composer(), "Enter");
     await settle();
     backend.delta(sent, "Early ", 1);
@@ -756,7 +756,7 @@ describe("keyboard", () => {
   it("does not send while generating; Enter in the composer is ignored then", async () => {
     await mount();
     await sendText("one");
-    await type("two");
+    type("two");
     press(composer(), "Enter");
     await settle();
     expect(callsOf("send_message")).toHaveLength(1);

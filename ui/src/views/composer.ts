@@ -86,12 +86,13 @@ export class Composer {
           this.handlers.removeAttachment(attachment);
           this.textarea.focus();
         });
+        const size = `${attachment.width} × ${attachment.height}, ${formatBytes(attachment.byteSize)}`;
         return el(
           "li",
           {
             class: "pending-attachment",
             "data-testid": "pending-attachment",
-            title: `${attachment.name} — ${attachment.width} × ${attachment.height}, ${formatBytes(attachment.byteSize)}`,
+            title: `${attachment.name} — ${size}`,
           },
           el("img", { src: attachment.thumbnail, alt: attachment.name }),
           remove,

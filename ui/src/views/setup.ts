@@ -67,7 +67,8 @@ function firstRunView(failure: string | null, info: SetupInfo, handlers: SetupHa
     el(
       "p",
       { class: "note" },
-      "The download comes from Hugging Face (mlx-community/gemma-4-e4b-it-4bit) and is checked file by file. A chosen folder must hold an MLX Gemma 4 E4B checkpoint: config.json, the tokenizer and .safetensors weights.",
+      "The download comes from Hugging Face (mlx-community/gemma-4-e4b-it-4bit) and is checked file by file. " +
+        "A chosen folder must hold an MLX Gemma 4 E4B checkpoint: config.json, the tokenizer and .safetensors weights.",
     ),
     el("h2", { class: "label", id: "models-dir-label" }, "Models folder"),
     el("code", { class: "path", id: "models-dir", "aria-labelledby": "models-dir-label" }, info.modelsDir),
