@@ -114,6 +114,11 @@ export function renameConversation(id: string, title: string): Promise<void> {
   return call("rename_conversation", { id, title });
 }
 
+/** Pins or unpins a chat; pinned chats lead the list. */
+export function setPinned(conversationId: string, pinned: boolean): Promise<void> {
+  return call("set_pinned", { conversationId, pinned });
+}
+
 export function deleteConversation(id: string): Promise<void> {
   return call("delete_conversation", { id });
 }

@@ -9,6 +9,7 @@ const PATHS = {
   copy: ["M8 8h12v12H8z", "M16 8V4H4v12h4"],
   edit: ["M16.5 3.5a2.1 2.1 0 0 1 3 3L7 19l-4 1 1-4Z"],
   regenerate: ["M21 12a9 9 0 1 1-2.6-6.4", "M21 3v6h-6"],
+  pin: ["M12 17v5", "M9 3h6", "M10 3v6l-4 5v3h12v-3l-4-5V3"],
   trash: ["M3 6h18", "M8 6V4h8v2", "M6 6l1 14h10l1-14"],
   settings: [
     "M12 15a3 3 0 1 0 0-6 3 3 0 0 0 0 6Z",

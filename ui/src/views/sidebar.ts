@@ -8,6 +8,7 @@ export interface SidebarHandlers {
   newChat(): void;
   open(conversationId: string, messageId?: string): void;
   rename(conversation: ConversationSummary, title: string): Promise<void>;
+  pin(conversation: ConversationSummary, pinned: boolean): void;
   delete(conversation: ConversationSummary): void;
   search(query: string): Promise<SearchHit[]>;
   openSettings(): void;
@@ -22,7 +23,7 @@ export class Sidebar {
   private readonly version = el("p", { class: "version" });
   private conversations: ConversationSummary[] = [];
   private activeId: string | null = null;
-  private generating = new Set<string>();
+  private generating: ReadonlySet<string> = new Set<string>();
   private query = "";
   private hits: SearchHit[] | null = null;
   private searchTimer: number | undefined;
@@ -100,7 +101,7 @@ export class Sidebar {
     }
   }
 
-  setGenerating(ids: Set<string>): void {
+  setGenerating(ids: ReadonlySet<string>): void {
     this.generating = ids;
     for (const item of this.list.querySelectorAll<HTMLElement>("[data-conversation-id]")) {
       const on = ids.has(item.dataset.conversationId ?? "");
@@ -230,6 +231,12 @@ export class Sidebar {
     );
     open.addEventListener("click", () => this.handlers.open(conversation.id));
     open.addEventListener("dblclick", () => this.startRename(conversation));
+    const pinned = conversation.pinned;
+    const pin = iconButton(`${pinned ? "Unpin" : "Pin"} “${conversation.title}”`, icon("pin"), {
+      class: ["icon-button item-action", pinned && "pinned"].filter(Boolean).join(" "),
+      "data-testid": "pin",
+    });
+    pin.addEventListener("click", () => this.handlers.pin(conversation, !pinned));
     const rename = iconButton(`Rename “${conversation.title}”`, icon("edit"), {
       class: "icon-button item-action",
       "data-testid": "rename",
@@ -240,7 +247,7 @@ export class Sidebar {
       "data-testid": "delete",
     });
     remove.addEventListener("click", () => this.handlers.delete(conversation));
-    item.append(open, el("span", { class: "item-actions" }, rename, remove));
+    item.append(open, el("span", { class: "item-actions" }, pin, rename, remove));
     return item;
   }
 
