@@ -305,6 +305,46 @@ describe("conversations", () => {
     expect(document.activeElement?.classList.contains("item-button")).toBe(true);
   });
 
+  it("pins a chat under “Pinned”, first in the list, and unpins it", async () => {
+    backend.addConversation("Older", [], Date.now() - 3 * 24 * 3600 * 1000);
+    backend.addConversation("Newer");
+    await mount();
+    const titles = () => $$("conversation-item").map((item) => item.querySelector(".item-title")?.textContent);
+    const headings = () => [...root.querySelectorAll(".sidebar-heading")].map((heading) => heading.textContent);
+    expect(titles()).toEqual(["Newer", "Older"]);
+
+    const older = root.querySelector('[data-conversation-id="c1"]');
+    const pin = older?.querySelector<HTMLButtonElement>('[data-testid="pin"]') ?? null;
+    expect(pin?.getAttribute("aria-label")).toBe("Pin “Older”");
+    pin?.focus();
+    click(pin);
+    await settle();
+    expect(callsOf("set_pinned").at(-1)?.args).toEqual({ conversationId: "c1", pinned: true });
+    expect(titles()).toEqual(["Older", "Newer"]);
+    expect(headings()).toEqual(["Pinned", "Today"]);
+    const unpin = root.querySelector('[data-conversation-id="c1"] [data-testid="pin"]');
+    expect(unpin?.getAttribute("aria-label")).toBe("Unpin “Older”");
+    expect(document.activeElement).toBe(unpin);
+
+    click(unpin);
+    await settle();
+    expect(callsOf("set_pinned").at(-1)?.args).toEqual({ conversationId: "c1", pinned: false });
+    expect(titles()).toEqual(["Newer", "Older"]);
+    expect(headings()).toEqual(["Today", "Previous 7 Days"]);
+  });
+
+  it("says so when a chat could not be pinned, and leaves the list as it was", async () => {
+    backend.addConversation("Chat");
+    handle("set_pinned", () => {
+      throw { kind: "io", message: "the database is read-only" };
+    });
+    await mount();
+    click($("pin"));
+    await settle();
+    expect(root.textContent).toContain("Could not pin the chat: the database is read-only");
+    expect([...root.querySelectorAll(".sidebar-heading")].map((h) => h.textContent)).toEqual(["Today"]);
+  });
+
   it("deletes a chat only after confirmation", async () => {
     const chat = backend.addConversation("Doomed");
     await mount();

@@ -79,6 +79,11 @@ export class FakeBackend {
       const conversation = this.conversations.get(id as string);
       if (conversation) conversation.title = title as string;
     });
+    handle("set_pinned", ({ conversationId, pinned }) => {
+      const conversation = this.conversations.get(conversationId as string);
+      if (!conversation) throw { kind: "notFound", message: "That chat no longer exists." };
+      conversation.pinned = pinned as boolean;
+    });
     handle("delete_conversation", ({ id }) => {
       this.conversations.delete(id as string);
     });
@@ -128,7 +133,7 @@ export class FakeBackend {
 
   list(): ConversationSummary[] {
     return [...this.conversations.values()]
-      .sort((a, b) => b.updatedAt - a.updatedAt)
+      .sort((a, b) => Number(b.pinned) - Number(a.pinned) || b.updatedAt - a.updatedAt)
       .map((c) => ({
         id: c.id,
         title: c.title,
