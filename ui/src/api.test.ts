@@ -16,10 +16,17 @@ import {
   type ErrorKind,
   type GenerationEvent,
 } from "./api";
+import { LIMITS } from "./test/backend";
 
 afterEach(() => clearMocks());
 
-const status: AppStatus = { version: "0.1.0", modelsDir: "/data/models", platform: "macos", model: { state: "none" } };
+const status: AppStatus = {
+  version: "0.1.0",
+  modelsDir: "/data/models",
+  platform: "macos",
+  model: { state: "none" },
+  settingsLimits: LIMITS,
+};
 
 describe("commands", () => {
   it("invokes the app_status command and returns its result", async () => {

@@ -23,6 +23,7 @@ import type { SearchHit } from "./bindings/SearchHit";
 import type { SendRequest } from "./bindings/SendRequest";
 import type { Sent } from "./bindings/Sent";
 import type { Settings } from "./bindings/Settings";
+import type { SettingsLimits } from "./bindings/SettingsLimits";
 import type { SnippetPart } from "./bindings/SnippetPart";
 import type { StopReason } from "./bindings/StopReason";
 import type { Usage } from "./bindings/Usage";
@@ -45,6 +46,7 @@ export type {
   SendRequest,
   Sent,
   Settings,
+  SettingsLimits,
   SnippetPart,
   StopReason,
   Usage,

@@ -766,6 +766,27 @@ describe("settings", () => {
     expect(document.activeElement).toBe(topP);
   });
 
+  it("checks the limits the backend sends, not limits of its own", async () => {
+    backend.status.settingsLimits = {
+      ...backend.status.settingsLimits,
+      contextLength: { min: 1024, max: 8192 },
+      imageTokenBudgets: [70, 280],
+    };
+    await mount();
+    click($("settings"));
+    await settle();
+    const context = $("setting-contextLength") as HTMLInputElement;
+    expect([context.min, context.max]).toEqual(["1024", "8192"]);
+    const budgets = [...($("setting-imageTokenBudget") as HTMLSelectElement).options].map((o) => o.value);
+    expect(budgets).toEqual(["70", "280"]);
+    expect(($("setting-imageTokenBudget") as HTMLSelectElement).value).toBe("280");
+    context.value = "16384";
+    click($("settings-save"));
+    await settle();
+    expect(callsOf("save_settings")).toHaveLength(0);
+    expect(root.textContent).toContain("Context length must be between 1,024 and 8,192.");
+  });
+
   it("shows the backend's validation error", async () => {
     handle("save_settings", () => {
       throw { kind: "invalidInput", message: "Context length exceeds what this model supports." };

@@ -105,10 +105,13 @@ export class App {
         this.emptyNote,
       ),
     );
-    this.settingsDialog = new SettingsDialog({
-      load: () => api.getSettings(),
-      save: (settings) => this.saveSettings(settings),
-    });
+    this.settingsDialog = new SettingsDialog(
+      {
+        load: () => api.getSettings(),
+        save: (settings) => this.saveSettings(settings),
+      },
+      this.state.settingsLimits,
+    );
     this.followState();
   }
 
@@ -142,6 +145,7 @@ export class App {
     }
     this.main.removeAttribute("aria-busy");
     this.state.status.set(status);
+    this.state.settingsLimits.set(status.settingsLimits);
     this.applyModelState(status.model);
     void this.refreshConversations();
     api.getSettings().then(

@@ -1,5 +1,13 @@
 /** The window's state: small stores that commands and events change and the views follow. */
-import type { AppStatus, ConversationSummary, Message, ModelState, PendingAttachment, Settings } from "./api";
+import type {
+  AppStatus,
+  ConversationSummary,
+  Message,
+  ModelState,
+  PendingAttachment,
+  Settings,
+  SettingsLimits,
+} from "./api";
 import { sameMembers, Store, Value } from "./store";
 
 /** The conversation in the main area. */
@@ -36,6 +44,8 @@ export function createState() {
     setup: new Store<SetupState>({ busy: false, error: null }),
     /** null until read. */
     settings: new Value<Settings | null>(null),
+    /** What each setting may be, as the backend enforces it; null until the status came. */
+    settingsLimits: new Value<SettingsLimits | null>(null),
     conversations: new Value<ConversationSummary[]>([]),
     chat: new Store<OpenChat>({ id: null, messages: [], loading: false, title: null, serial: 0 }),
     /** A send, regenerate or edit command is on its way. */

@@ -9,6 +9,7 @@ import type {
   SearchHit,
   Sent,
   Settings,
+  SettingsLimits,
   Usage,
 } from "../api";
 import { emit, handle } from "./fake-tauri";
@@ -19,6 +20,16 @@ export const READY: ModelState = {
   dir: "/models/gemma-4-e4b",
   contextWindow: 8192,
   vision: true,
+};
+
+/** The limits the backend sends (`SettingsLimits::default` in src-tauri/src/settings.rs). */
+export const LIMITS: SettingsLimits = {
+  temperature: { min: 0, max: 2 },
+  topP: { min: 0.01, max: 1 },
+  topK: { min: 0, max: 1000 },
+  maxTokens: { min: 1, max: 131_072 },
+  contextLength: { min: 512, max: 131_072 },
+  imageTokenBudgets: [70, 140, 280, 560, 1120],
 };
 
 export const SETTINGS: Settings = {
@@ -58,7 +69,13 @@ export function usage(partial: Partial<Usage> = {}): Usage {
 }
 
 export class FakeBackend {
-  status: AppStatus = { version: "0.1.0", modelsDir: "/Users/ada/Models", platform: "macos", model: READY };
+  status: AppStatus = {
+    version: "0.1.0",
+    modelsDir: "/Users/ada/Models",
+    platform: "macos",
+    model: READY,
+    settingsLimits: LIMITS,
+  };
   settings: Settings = { ...SETTINGS };
   conversations = new Map<string, Conversation>();
   hits: SearchHit[] = [];
