@@ -302,12 +302,14 @@ mod tests {
     fn the_limits_sent_to_the_ui_are_the_ones_enforced() {
         let (_dir, store) = store();
         let limits = SettingsLimits::default();
-        let at = |change: fn(&mut Settings, f64), value: f64| {
+        /// Sets one setting to a value given as f64.
+        type Change = fn(&mut Settings, f64);
+        let at = |change: Change, value: f64| {
             let mut settings = Settings::default();
             change(&mut settings, value);
             settings
         };
-        let fields: [(&str, Bounds, fn(&mut Settings, f64)); 4] = [
+        let fields: [(&str, Bounds, Change); 4] = [
             ("temperature", limits.temperature, |s, v| {
                 s.temperature = v as f32
             }),
