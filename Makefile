@@ -125,6 +125,7 @@ app:
 lint: ui
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	cd ui && npm run lint
 
 # ---------------------------------------------------------------- fuzzing (not part of `make test`)
 # Each cargo-fuzz target (fuzz/fuzz_targets/) runs FUZZ_SECONDS under libFuzzer on nightly Rust,

@@ -8,6 +8,7 @@ const COMMANDS: &[&str] = &[
     "list_conversations",
     "get_conversation",
     "rename_conversation",
+    "set_pinned",
     "delete_conversation",
     "search_conversations",
     "send_message",

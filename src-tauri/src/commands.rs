@@ -86,6 +86,12 @@ pub fn rename_conversation(state: Shared<'_>, id: String, title: String) -> Resu
     Ok(state.store.rename_conversation(&id, title.trim())?)
 }
 
+/// Pins or unpins a chat; pinned chats lead the list.
+#[tauri::command]
+pub fn set_pinned(state: Shared<'_>, conversation_id: String, pinned: bool) -> Result<(), Error> {
+    Ok(state.store.set_pinned(&conversation_id, pinned)?)
+}
+
 #[tauri::command]
 pub fn delete_conversation(state: Shared<'_>, id: String) -> Result<(), Error> {
     state.chat.delete_conversation(&id)

@@ -61,6 +61,7 @@ fn run() -> anyhow::Result<()> {
             commands::list_conversations,
             commands::get_conversation,
             commands::rename_conversation,
+            commands::set_pinned,
             commands::delete_conversation,
             commands::search_conversations,
             commands::send_message,

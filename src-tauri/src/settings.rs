@@ -16,6 +16,62 @@ const MODEL_KEY: &str = "model_dir";
 
 /// The largest context the model was trained for (Gemma 4 E4B: 128K positions).
 pub const MAX_CONTEXT: u32 = 131_072;
+/// The smallest context worth holding a conversation in.
+const MIN_CONTEXT: u32 = 512;
+
+/// The smallest and largest value a number setting may take, both included.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, TS)]
+pub struct Bounds {
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Bounds {
+    const fn new(min: f64, max: f64) -> Self {
+        Self { min, max }
+    }
+
+    /// Compared in `f32`, as the setting is held: the limit 0.01 then admits a stored 0.01.
+    fn holds_f32(self, value: f32) -> bool {
+        (self.min as f32..=self.max as f32).contains(&value)
+    }
+
+    fn holds_u32(self, value: u32) -> bool {
+        (self.min..=self.max).contains(&f64::from(value))
+    }
+}
+
+/// What each setting may be; sent to the UI (in `AppStatus`) so both sides check the same limits.
+#[derive(Debug, Clone, PartialEq, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+pub struct SettingsLimits {
+    pub temperature: Bounds,
+    pub top_p: Bounds,
+    /// 0 turns top-k off.
+    pub top_k: Bounds,
+    /// Also at most the context length.
+    pub max_tokens: Bounds,
+    pub context_length: Bounds,
+    /// The soft-token budgets the vision tower was trained with, smallest first.
+    pub image_token_budgets: Vec<u32>,
+}
+
+impl Default for SettingsLimits {
+    fn default() -> Self {
+        let max_context = f64::from(MAX_CONTEXT);
+        Self {
+            temperature: Bounds::new(0.0, 2.0),
+            top_p: Bounds::new(0.01, 1.0),
+            top_k: Bounds::new(0.0, 1000.0),
+            max_tokens: Bounds::new(1.0, max_context),
+            context_length: Bounds::new(f64::from(MIN_CONTEXT), max_context),
+            image_token_budgets: SoftTokenBudget::ALL
+                .iter()
+                .map(|budget| budget.tokens() as u32)
+                .collect(),
+        }
+    }
+}
 
 /// Settings the user can change; persisted in the chats database.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
@@ -79,34 +135,40 @@ impl Settings {
 
     /// Refuses values the sampler or the model cannot use, naming the field.
     pub fn validate(&self) -> Result<(), Error> {
+        let limits = SettingsLimits::default();
         let invalid = |message: String| Err(Error::Invalid(message));
-        if !(0.0..=2.0).contains(&self.temperature) {
+        let between = |bounds: Bounds| format!("between {} and {}", bounds.min, bounds.max);
+        if !limits.temperature.holds_f32(self.temperature) {
             return invalid(format!(
-                "temperature must be between 0 and 2, not {}",
+                "temperature must be {}, not {}",
+                between(limits.temperature),
                 self.temperature
             ));
         }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+        if !limits.top_p.holds_f32(self.top_p) {
             return invalid(format!(
-                "top-p must be above 0 and at most 1, not {}",
+                "top-p must be {}, not {}",
+                between(limits.top_p),
                 self.top_p
             ));
         }
-        if self.top_k > 1000 {
+        if !limits.top_k.holds_u32(self.top_k) {
             return invalid(format!(
-                "top-k must be at most 1000 (0 turns it off), not {}",
+                "top-k must be {} (0 turns it off), not {}",
+                between(limits.top_k),
                 self.top_k
             ));
         }
-        if !(1..=self.context_length).contains(&self.max_tokens) {
+        if !limits.max_tokens.holds_u32(self.max_tokens) || self.max_tokens > self.context_length {
             return invalid(format!(
-                "max tokens must be between 1 and the context length ({}), not {}",
-                self.context_length, self.max_tokens
+                "max tokens must be between {} and the context length ({}), not {}",
+                limits.max_tokens.min, self.context_length, self.max_tokens
             ));
         }
-        if !(512..=MAX_CONTEXT).contains(&self.context_length) {
+        if !limits.context_length.holds_u32(self.context_length) {
             return invalid(format!(
-                "context length must be between 512 and {MAX_CONTEXT}, not {}",
+                "context length must be {}, not {}",
+                between(limits.context_length),
                 self.context_length
             ));
         }
@@ -234,6 +296,53 @@ mod tests {
             Settings::remembered_model(&store).as_deref(),
             Some("/models/gemma")
         );
+    }
+
+    #[test]
+    fn the_limits_sent_to_the_ui_are_the_ones_enforced() {
+        let (_dir, store) = store();
+        let limits = SettingsLimits::default();
+        /// Sets one setting to a value given as f64.
+        type Change = fn(&mut Settings, f64);
+        let at = |change: Change, value: f64| {
+            let mut settings = Settings::default();
+            change(&mut settings, value);
+            settings
+        };
+        let fields: [(&str, Bounds, Change); 4] = [
+            ("temperature", limits.temperature, |s, v| {
+                s.temperature = v as f32
+            }),
+            ("top-p", limits.top_p, |s, v| s.top_p = v as f32),
+            ("top-k", limits.top_k, |s, v| s.top_k = v as u32),
+            ("context length", limits.context_length, |s, v| {
+                s.context_length = v as u32;
+                s.max_tokens = s.max_tokens.min(s.context_length);
+            }),
+        ];
+        for (name, bounds, change) in fields {
+            for edge in [bounds.min, bounds.max] {
+                let result = at(change, edge).save(&store);
+                assert!(result.is_ok(), "{name} = {edge}: {result:?}");
+            }
+            let step = if name == "top-p" { 0.005 } else { 1.0 };
+            for outside in [bounds.min - step, bounds.max + step] {
+                if name == "top-k" && outside < 0.0 {
+                    continue; // a u32 cannot be below 0
+                }
+                let err = at(change, outside).save(&store).unwrap_err().to_string();
+                assert!(err.contains(name), "{name} = {outside}: {err}");
+            }
+        }
+        for budget in &limits.image_token_budgets {
+            let settings = Settings {
+                image_token_budget: *budget,
+                ..Settings::default()
+            };
+            assert!(settings.save(&store).is_ok(), "budget {budget}");
+        }
+        assert_eq!(limits.image_token_budgets, [70, 140, 280, 560, 1120]);
+        assert_eq!(limits.context_length.max, f64::from(MAX_CONTEXT));
     }
 
     #[test]

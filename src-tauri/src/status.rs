@@ -8,6 +8,7 @@ use ts_rs::TS;
 use crate::data_dir::DataDir;
 use crate::error::Error;
 use crate::model_setup::ModelState;
+use crate::settings::SettingsLimits;
 
 /// What the UI needs to choose between the first-run screen and the chat.
 #[derive(Debug, Serialize, TS)]
@@ -21,6 +22,8 @@ pub struct AppStatus {
     pub version: String,
     /// "macos", "linux" or "windows": wording such as "this Mac" depends on it.
     pub platform: String,
+    /// What each setting may be, so the settings form checks what the backend enforces.
+    pub settings_limits: SettingsLimits,
 }
 
 /// Creates the models folder so the user can find it.
@@ -40,6 +43,7 @@ pub fn read(data_dir: &DataDir, model: ModelState) -> Result<AppStatus, Error> {
         models_dir: data_dir.models().display().to_string(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         platform: std::env::consts::OS.to_owned(),
+        settings_limits: SettingsLimits::default(),
     })
 }
 
@@ -83,5 +87,7 @@ mod tests {
         assert!(json["modelsDir"].as_str().unwrap().ends_with("models"));
         assert_eq!(json["version"], env!("CARGO_PKG_VERSION"));
         assert_eq!(json["platform"], std::env::consts::OS);
+        assert_eq!(json["settingsLimits"]["contextLength"]["max"], 131_072.0);
+        assert_eq!(json["settingsLimits"]["topP"]["min"], 0.01);
     }
 }

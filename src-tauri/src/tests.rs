@@ -585,4 +585,43 @@ fn a_message_holding_every_control_token_is_answered_and_kept_verbatim() {
         (messages[0].text.as_str(), messages[2].text.as_str()),
         (typed.as_str(), typed.as_str())
     );
+
+#[test]
+fn a_pinned_chat_leads_the_list_and_stays_pinned_after_a_restart() {
+    let h = Harness::new();
+    let older = h.state.store.create_conversation("Older").unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    h.state.store.create_conversation("Newer").unwrap();
+    h.state.store.set_pinned(&older.id, true).unwrap();
+    let data_dir = h.data_dir.clone();
+    let reopen = |state: AppState| {
+        drop(state);
+        AppState::open(
+            DataDir::new(data_dir.clone()),
+            HfCache::none(),
+            "http://127.0.0.1:9".into(),
+            Arc::new(Recorder::default()),
+        )
+        .unwrap()
+    };
+    let listed = |state: &AppState| -> Vec<(String, bool)> {
+        let list = state.store.list_conversations().unwrap();
+        list.into_iter().map(|c| (c.title, c.pinned)).collect()
+    };
+
+    let state = reopen(h.state);
+    assert_eq!(
+        listed(&state),
+        [("Older".to_owned(), true), ("Newer".to_owned(), false)]
+    );
+
+    state.store.set_pinned(&older.id, false).unwrap();
+    let state = reopen(state);
+    assert_eq!(
+        listed(&state),
+        [("Newer".to_owned(), false), ("Older".to_owned(), false)]
+    );
+
+    let missing = Error::from(state.store.set_pinned("no-such-chat", true).unwrap_err());
+    assert_eq!(missing.kind(), ErrorKind::NotFound);
 }

@@ -16,10 +16,17 @@ import {
   type ErrorKind,
   type GenerationEvent,
 } from "./api";
+import { LIMITS } from "./test/backend";
 
 afterEach(() => clearMocks());
 
-const status: AppStatus = { version: "0.1.0", modelsDir: "/data/models", platform: "macos", model: { state: "none" } };
+const status: AppStatus = {
+  version: "0.1.0",
+  modelsDir: "/data/models",
+  platform: "macos",
+  model: { state: "none" },
+  settingsLimits: LIMITS,
+};
 
 describe("commands", () => {
   it("invokes the app_status command and returns its result", async () => {
@@ -51,25 +58,34 @@ describe("commands", () => {
 
   it("sends pasted images as a raw body with an ASCII file-name header", async () => {
     let body: unknown;
-    let options: unknown;
     mockIPC((_command, payload) => {
       body = payload;
       return { id: "p1" };
     });
     // mockIPC drops invoke options; check them on the bridge call itself.
-    const internals = (window as unknown as { __TAURI_INTERNALS__: { invoke: (...args: unknown[]) => unknown } }).__TAURI_INTERNALS__;
+    const internals = (window as unknown as { __TAURI_INTERNALS__: { invoke: (...args: unknown[]) => unknown } })
+      .__TAURI_INTERNALS__;
     const spy = vi.spyOn(internals, "invoke");
 
     await addPastedImage(new Uint8Array([1, 2, 3]), "Bildschirmfoto 2025–06–01.png");
 
     expect(body).toEqual(new Uint8Array([1, 2, 3]));
-    options = spy.mock.calls[0]?.[2];
+    const options = spy.mock.calls[0]?.[2];
     expect(options).toEqual({ headers: { "x-file-name": "Bildschirmfoto 2025_06_01.png" } });
   });
 });
 
 describe("errors", () => {
-  const kinds: ErrorKind[] = ["io", "noModel", "modelInvalid", "busy", "notFound", "invalidInput", "contextFull", "internal"];
+  const kinds: ErrorKind[] = [
+    "io",
+    "noModel",
+    "modelInvalid",
+    "busy",
+    "notFound",
+    "invalidInput",
+    "contextFull",
+    "internal",
+  ];
 
   it.each(kinds)("turns a backend %s error into an ApiError with its kind and message", async (kind) => {
     mockIPC(() => {
@@ -104,7 +120,14 @@ describe("events", () => {
     const stopStates = await onModelState((state) => states.push(state));
     await onGeneration((event) => generations.push(event));
 
-    const event: GenerationEvent = { type: "delta", generationId: 1, conversationId: "c", messageId: "m", delta: "Hi", tokenCount: 1 };
+    const event: GenerationEvent = {
+      type: "delta",
+      generationId: 1,
+      conversationId: "c",
+      messageId: "m",
+      delta: "Hi",
+      tokenCount: 1,
+    };
     await emit("model-state", { state: "none" });
     await emit("generation", event);
     stopStates();

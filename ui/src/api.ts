@@ -23,6 +23,7 @@ import type { SearchHit } from "./bindings/SearchHit";
 import type { SendRequest } from "./bindings/SendRequest";
 import type { Sent } from "./bindings/Sent";
 import type { Settings } from "./bindings/Settings";
+import type { SettingsLimits } from "./bindings/SettingsLimits";
 import type { SnippetPart } from "./bindings/SnippetPart";
 import type { StopReason } from "./bindings/StopReason";
 import type { Usage } from "./bindings/Usage";
@@ -45,6 +46,7 @@ export type {
   SendRequest,
   Sent,
   Settings,
+  SettingsLimits,
   SnippetPart,
   StopReason,
   Usage,
@@ -112,6 +114,11 @@ export function getConversation(id: string): Promise<Conversation> {
 
 export function renameConversation(id: string, title: string): Promise<void> {
   return call("rename_conversation", { id, title });
+}
+
+/** Pins or unpins a chat; pinned chats lead the list. */
+export function setPinned(conversationId: string, pinned: boolean): Promise<void> {
+  return call("set_pinned", { conversationId, pinned });
 }
 
 export function deleteConversation(id: string): Promise<void> {

@@ -80,14 +80,14 @@ function press(target: Element, key: string, init: KeyboardEventInit = {}): Keyb
   return event;
 }
 
-async function type(text: string): Promise<void> {
+function type(text: string): void {
   const field = composer();
   field.value = text;
   field.dispatchEvent(new Event("input", { bubbles: true }));
 }
 
 async function sendText(text: string): Promise<Sent> {
-  await type(text);
+  type(text);
   press(composer(), "Enter");
   await settle();
   return backend.lastSent;
@@ -130,7 +130,10 @@ describe("first run", () => {
 
   it("shows why a chosen folder is not a usable model, in words", async () => {
     handle("choose_model_folder", () => {
-      throw { kind: "modelInvalid", message: "This folder has no config.json. Choose the folder that holds the model files." };
+      throw {
+        kind: "modelInvalid",
+        message: "This folder has no config.json. Choose the folder that holds the model files.",
+      };
     });
     await mount();
     click($("choose-folder"));
@@ -160,7 +163,15 @@ describe("first run", () => {
     expect(callsOf("download_model")).toHaveLength(1);
     const progress: ModelState = {
       state: "downloading",
-      progress: { file: "model.safetensors", filesDone: 2, filesTotal: 7, bytesDone: 1_250_000_000, bytesTotal: 5_000_000_000, bytesPerSecond: 25_000_000, etaSeconds: 150 },
+      progress: {
+        file: "model.safetensors",
+        filesDone: 2,
+        filesTotal: 7,
+        bytesDone: 1_250_000_000,
+        bytesTotal: 5_000_000_000,
+        bytesPerSecond: 25_000_000,
+        etaSeconds: 150,
+      },
     };
     emit("model-state", progress);
     expect($("download-progress")?.textContent).toContain("1.3 GB of 5.0 GB (25%)");
@@ -177,7 +188,15 @@ describe("first run", () => {
     await mount();
     const progress = (bytesDone: number): ModelState => ({
       state: "downloading",
-      progress: { file: "a", filesDone: 0, filesTotal: 1, bytesDone, bytesTotal: 100, bytesPerSecond: 1, etaSeconds: null },
+      progress: {
+        file: "a",
+        filesDone: 0,
+        filesTotal: 1,
+        bytesDone,
+        bytesTotal: 100,
+        bytesPerSecond: 1,
+        etaSeconds: null,
+      },
     });
     emit("model-state", progress(1));
     $("cancel-download")?.focus();
@@ -286,6 +305,46 @@ describe("conversations", () => {
     expect(document.activeElement?.classList.contains("item-button")).toBe(true);
   });
 
+  it("pins a chat under “Pinned”, first in the list, and unpins it", async () => {
+    backend.addConversation("Older", [], Date.now() - 3 * 24 * 3600 * 1000);
+    backend.addConversation("Newer");
+    await mount();
+    const titles = () => $$("conversation-item").map((item) => item.querySelector(".item-title")?.textContent);
+    const headings = () => [...root.querySelectorAll(".sidebar-heading")].map((heading) => heading.textContent);
+    expect(titles()).toEqual(["Newer", "Older"]);
+
+    const older = root.querySelector('[data-conversation-id="c1"]');
+    const pin = older?.querySelector<HTMLButtonElement>('[data-testid="pin"]') ?? null;
+    expect(pin?.getAttribute("aria-label")).toBe("Pin “Older”");
+    pin?.focus();
+    click(pin);
+    await settle();
+    expect(callsOf("set_pinned").at(-1)?.args).toEqual({ conversationId: "c1", pinned: true });
+    expect(titles()).toEqual(["Older", "Newer"]);
+    expect(headings()).toEqual(["Pinned", "Today"]);
+    const unpin = root.querySelector('[data-conversation-id="c1"] [data-testid="pin"]');
+    expect(unpin?.getAttribute("aria-label")).toBe("Unpin “Older”");
+    expect(document.activeElement).toBe(unpin);
+
+    click(unpin);
+    await settle();
+    expect(callsOf("set_pinned").at(-1)?.args).toEqual({ conversationId: "c1", pinned: false });
+    expect(titles()).toEqual(["Newer", "Older"]);
+    expect(headings()).toEqual(["Today", "Previous 7 Days"]);
+  });
+
+  it("says so when a chat could not be pinned, and leaves the list as it was", async () => {
+    backend.addConversation("Chat");
+    handle("set_pinned", () => {
+      throw { kind: "io", message: "the database is read-only" };
+    });
+    await mount();
+    click($("pin"));
+    await settle();
+    expect(root.textContent).toContain("Could not pin the chat: the database is read-only");
+    expect([...root.querySelectorAll(".sidebar-heading")].map((h) => h.textContent)).toEqual(["Today"]);
+  });
+
   it("deletes a chat only after confirmation", async () => {
     const chat = backend.addConversation("Doomed");
     await mount();
@@ -342,7 +401,9 @@ describe("sending and streaming", () => {
   it("sends on Enter, streams coalesced deltas, and shows stats when done", async () => {
     await mount();
     const sent = await sendText("Hello there");
-    expect(callsOf("send_message").at(-1)?.args).toEqual({ request: { conversationId: null, text: "Hello there", attachmentIds: [] } });
+    expect(callsOf("send_message").at(-1)?.args).toEqual({
+      request: { conversationId: null, text: "Hello there", attachmentIds: [] },
+    });
     expect(composer().value).toBe("");
     expect($("stop")?.hidden).toBe(false);
     expect($("send")?.hidden).toBe(true);
@@ -372,7 +433,14 @@ describe("sending and streaming", () => {
     await mount();
     const sent = await sendText("Question");
     const answer = messages()[1] as HTMLElement;
-    backend.event({ type: "delta", generationId: 99, conversationId: other.id, messageId: "elsewhere", delta: "WRONG", tokenCount: 1 });
+    backend.event({
+      type: "delta",
+      generationId: 99,
+      conversationId: other.id,
+      messageId: "elsewhere",
+      delta: "WRONG",
+      tokenCount: 1,
+    });
     backend.delta(sent, "right", 1);
     await drainFrames();
     expect(root.querySelector(".messages")?.textContent).not.toContain("WRONG");
@@ -412,7 +480,7 @@ describe("sending and streaming", () => {
       generationId: 42,
     };
     backend.sent.push(sent);
-    await type("Hi");
+    type("Hi");
     press(composer(), "Enter");
     await settle();
     backend.delta(sent, "Early ", 1);
@@ -452,7 +520,13 @@ describe("sending and streaming", () => {
   it("shows a failed answer's error under it", async () => {
     await mount();
     const sent = await sendText("Go");
-    backend.event({ type: "error", generationId: sent.generationId, conversationId: sent.conversation.id, messageId: sent.assistantMessageId, error: { kind: "internal", message: "Metal ran out of memory" } });
+    backend.event({
+      type: "error",
+      generationId: sent.generationId,
+      conversationId: sent.conversation.id,
+      messageId: sent.assistantMessageId,
+      error: { kind: "internal", message: "Metal ran out of memory" },
+    });
     const answer = messages()[1] as HTMLElement;
     expect(answer.dataset.status).toBe("error");
     expect(answer.querySelector('[data-testid="answer-stats"]')?.textContent).toContain("Metal ran out of memory");
@@ -489,7 +563,9 @@ describe("sending and streaming", () => {
     await sendText("more").catch(() => undefined);
     expect($("context-notice")?.textContent).toContain("This message does not fit.");
     expect(composer().value).toBe("more");
-    click([...($("context-notice")?.querySelectorAll("button") ?? [])].find((b) => b.textContent === "New Chat") ?? null);
+    click(
+      [...($("context-notice")?.querySelectorAll("button") ?? [])].find((b) => b.textContent === "New Chat") ?? null,
+    );
     expect($("context-notice")).toBeNull();
     expect(messages()).toHaveLength(0);
   });
@@ -521,7 +597,11 @@ describe("sending and streaming", () => {
     field!.value = "Capital of France?";
     press(field!, "Enter");
     await settle();
-    expect(callsOf("edit_message").at(-1)?.args).toEqual({ conversationId: first.conversation.id, messageId: first.userMessage.id, text: "Capital of France?" });
+    expect(callsOf("edit_message").at(-1)?.args).toEqual({
+      conversationId: first.conversation.id,
+      messageId: first.userMessage.id,
+      text: "Capital of France?",
+    });
     expect(messages()[0]?.textContent).toContain("Capital of France?");
     expect(messages()[1]?.dataset.status).toBe("streaming");
   });
@@ -585,7 +665,15 @@ describe("links in answers", () => {
 });
 
 describe("attachments", () => {
-  const image = { id: "p1", name: "cat.png", mime: "image/png", width: 640, height: 480, byteSize: 12_000, thumbnail: "data:image/png;base64,AAAA" };
+  const image = {
+    id: "p1",
+    name: "cat.png",
+    mime: "image/png",
+    width: 640,
+    height: 480,
+    byteSize: 12_000,
+    thumbnail: "data:image/png;base64,AAAA",
+  };
 
   it("shows a drop overlay while files hover and adds dropped images", async () => {
     await mount();
@@ -615,7 +703,9 @@ describe("attachments", () => {
     await settle();
     expect($$("pending-attachment")).toHaveLength(1);
     await sendText("What is this?");
-    expect(callsOf("send_message").at(-1)?.args).toEqual({ request: { conversationId: null, text: "What is this?", attachmentIds: ["p1"] } });
+    expect(callsOf("send_message").at(-1)?.args).toEqual({
+      request: { conversationId: null, text: "What is this?", attachmentIds: ["p1"] },
+    });
     expect($$("pending-attachment")).toHaveLength(0);
     await settle();
     const shown = messages()[0]?.querySelector<HTMLImageElement>('[data-testid="message-attachment"]');
@@ -652,7 +742,9 @@ describe("settings", () => {
     ($("setting-thinking") as HTMLInputElement).checked = true;
     click($("settings-save"));
     await settle();
-    expect(callsOf("save_settings").at(-1)?.args).toEqual({ settings: { ...backend.settings, temperature: 0.7, thinking: true } });
+    expect(callsOf("save_settings").at(-1)?.args).toEqual({
+      settings: { ...backend.settings, temperature: 0.7, thinking: true },
+    });
     expect(dialog.open).toBe(false);
   });
 
@@ -672,6 +764,27 @@ describe("settings", () => {
     expect(messagesText).toContain("Top P must be between 0.01 and 1.");
     expect(root.textContent).toContain("Maximum answer length must be a whole number.");
     expect(document.activeElement).toBe(topP);
+  });
+
+  it("checks the limits the backend sends, not limits of its own", async () => {
+    backend.status.settingsLimits = {
+      ...backend.status.settingsLimits,
+      contextLength: { min: 1024, max: 8192 },
+      imageTokenBudgets: [70, 280],
+    };
+    await mount();
+    click($("settings"));
+    await settle();
+    const context = $("setting-contextLength") as HTMLInputElement;
+    expect([context.min, context.max]).toEqual(["1024", "8192"]);
+    const budgets = [...($("setting-imageTokenBudget") as HTMLSelectElement).options].map((o) => o.value);
+    expect(budgets).toEqual(["70", "280"]);
+    expect(($("setting-imageTokenBudget") as HTMLSelectElement).value).toBe("280");
+    context.value = "16384";
+    click($("settings-save"));
+    await settle();
+    expect(callsOf("save_settings")).toHaveLength(0);
+    expect(root.textContent).toContain("Context length must be between 1,024 and 8,192.");
   });
 
   it("shows the backend's validation error", async () => {
@@ -704,7 +817,7 @@ describe("keyboard", () => {
   it("does not send while generating; Enter in the composer is ignored then", async () => {
     await mount();
     await sendText("one");
-    await type("two");
+    type("two");
     press(composer(), "Enter");
     await settle();
     expect(callsOf("send_message")).toHaveLength(1);

@@ -1,6 +1,6 @@
 /**
- * The window: wires the views to the backend (through `api`) and keeps the state they show.
- * Data flows one way: commands and events update the state here, then the views are told.
+ * The window: wires commands and backend events to the state (`state.ts`) and the views to it.
+ * Data flows one way: a command or an event changes a store; every view showing it refreshes.
  */
 import * as api from "./api";
 import type {
@@ -20,6 +20,8 @@ import { el } from "./dom";
 import { thisMachine } from "./format";
 import { announce } from "./live";
 import { externalUrl } from "./markdown/sanitize";
+import { createState, type ContextFull } from "./state";
+import { watch } from "./store";
 import { FrameScheduler, Generations, type LiveGeneration } from "./stream";
 import { ChatView } from "./views/chat";
 import { Composer } from "./views/composer";
@@ -33,36 +35,28 @@ import { Toasts } from "./views/toasts";
 
 const MEMORY_POLL_MS = 3000;
 const PENDING_PREFIX = "pending:";
+/** How many finished answers are remembered for command replies that come after the end event. */
+const FINISHED_ANSWERS_KEPT = 20;
 
 /** How a finished answer ended, kept for answers whose command reply comes after the end event. */
 type FinishedAnswer = Pick<Message, "text" | "status" | "usage" | "error">;
 
 export class App {
-  private status: AppStatus | null = null;
-  private model: ModelState = { state: "none" };
-  private settings: Settings | null = null;
-  private conversations: ConversationSummary[] = [];
-  private openId: string | null = null;
-  private messages: Message[] = [];
-  /** Changes whenever the main area switches conversation; stale replies compare against it. */
-  private viewSerial = 0;
-  private pending: PendingAttachment[] = [];
-  private sending = false;
-  private loadingConversation = false;
+  private readonly state = createState();
   private readonly generations = new Generations();
   private readonly finished = new Map<string, FinishedAnswer>();
-  private readonly contextWindows = new Map<string, number>();
   private readonly thumbnails = new Map<string, Promise<string>>();
-  /** The conversation (null: the new chat) that no longer fits, with the message to show. */
-  private contextFull: { conversationId: string | null; message: string } | null = null;
-  private setupBusy = false;
-  private setupError: string | null = null;
-  private generatingKey = "";
+  /** The context notice on screen, so an unchanged one is not announced again. */
+  private shownNotice: ContextFull | null = null;
   private memoryTimer: number | undefined;
   private readonly unlisteners: UnlistenFn[] = [];
   private readonly cleanups: (() => void)[] = [];
 
-  private readonly main = el("main", { class: "content", "aria-busy": "true" }, el("p", { class: "loading" }, "Loading…"));
+  private readonly main = el(
+    "main",
+    { class: "content", "aria-busy": "true" },
+    el("p", { class: "loading" }, "Loading…"),
+  );
   private readonly sidebar: Sidebar;
   private readonly composer: Composer;
   private readonly chat: ChatView;
@@ -83,6 +77,7 @@ export class App {
       newChat: () => this.newChat(),
       open: (id, messageId) => void this.openConversation(id, messageId),
       rename: (conversation, title) => this.rename(conversation, title),
+      pin: (conversation, pinned) => void this.pin(conversation, pinned),
       delete: (conversation) => void this.deleteConversation(conversation),
       search: (query) => api.searchConversations(query),
       openSettings: () => void this.settingsDialog.open(),
@@ -102,12 +97,22 @@ export class App {
         stop: () => void this.stop(),
         thumbnail: (attachment) => this.thumbnail(attachment),
       },
-      el("div", { class: "chat-empty" }, el("div", { class: "mark", "aria-hidden": "true" }, "G"), this.emptyTitle, this.emptyNote),
+      el(
+        "div",
+        { class: "chat-empty" },
+        el("div", { class: "mark", "aria-hidden": "true" }, "G"),
+        this.emptyTitle,
+        this.emptyNote,
+      ),
     );
-    this.settingsDialog = new SettingsDialog({
-      load: () => api.getSettings(),
-      save: (settings) => this.saveSettings(settings),
-    });
+    this.settingsDialog = new SettingsDialog(
+      {
+        load: () => api.getSettings(),
+        save: (settings) => this.saveSettings(settings),
+      },
+      this.state.settingsLimits,
+    );
+    this.followState();
   }
 
   /** Draws the window, subscribes to backend events and loads the first state. */
@@ -138,17 +143,13 @@ export class App {
       this.main.replaceChildren(startupErrorView(error));
       return;
     }
-    this.status = status;
-    this.sidebar.setVersion(status.version);
-    this.emptyNote.textContent = `Gemma runs entirely on ${thisMachine(status.platform)}. Nothing you write leaves it.`;
     this.main.removeAttribute("aria-busy");
+    this.state.status.set(status);
+    this.state.settingsLimits.set(status.settingsLimits);
     this.applyModelState(status.model);
     void this.refreshConversations();
     api.getSettings().then(
-      (settings) => {
-        this.settings = settings;
-        this.renderChat();
-      },
+      (settings) => this.state.settings.set(settings),
       () => {},
     );
     this.pollMemory();
@@ -161,42 +162,165 @@ export class App {
     window.clearTimeout(this.memoryTimer);
   }
 
+  // The views follow the state
+
+  private followState(): void {
+    const { status, model, setup, settings, conversations, chat, sending, pending, generating, contextFull } =
+      this.state;
+    const stops = [
+      status.subscribe((status) => {
+        if (!status) return;
+        this.sidebar.setVersion(status.version);
+        const machine = thisMachine(status.platform);
+        this.emptyNote.textContent = `Gemma runs entirely on ${machine}. Nothing you write leaves it.`;
+      }),
+      model.subscribe((model) => this.statusBar.setModel(model)),
+      conversations.subscribe((list) => this.sidebar.setConversations(list)),
+      chat.subscribe((open, before) => {
+        if (open.id !== before.id) this.sidebar.setActive(open.id);
+      }),
+      generating.subscribe((ids) => this.sidebar.setGenerating(ids)),
+      pending.subscribe((attachments) => this.composer.setAttachments(attachments)),
+      watch([status, model, setup, chat], () => this.refreshMain()),
+      watch([conversations, chat], () => this.refreshTitle()),
+      watch([model, settings, chat, sending, generating], () => this.refreshChat()),
+      watch([contextFull, chat], () => this.refreshNotice()),
+      watch([model, sending, generating], () => this.refreshComposer()),
+    ];
+    this.cleanups.push(() => {
+      for (const stop of stops) stop();
+    });
+  }
+
+  /** The first-run screen until a model is ready or a chat is open; the chat otherwise. */
+  private refreshMain(): void {
+    const status = this.state.status.get();
+    if (!status) return; // still starting, or the start failed and says so
+    const model = this.state.model.get();
+    if (model.state !== "ready" && this.state.chat.get().id === null) {
+      const focused = document.activeElement instanceof HTMLElement ? document.activeElement.dataset.testid : undefined;
+      const { busy, error } = this.state.setup.get();
+      this.main.replaceChildren(
+        setupView(
+          model,
+          { modelsDir: status.modelsDir, platform: status.platform, busy, error },
+          {
+            download: () => void this.download(),
+            cancelDownload: () => void this.cancelDownload(),
+            chooseFolder: () => void this.chooseFolder(),
+          },
+        ),
+      );
+      this.main.classList.add("centered");
+      if (focused) this.main.querySelector<HTMLElement>(`[data-testid="${focused}"]`)?.focus();
+    } else {
+      this.main.classList.remove("centered");
+      if (this.chat.element.parentElement !== this.main) this.main.replaceChildren(this.chat.element);
+    }
+  }
+
+  private refreshTitle(): void {
+    const open = this.state.chat.get();
+    const listed = open.id === null ? undefined : this.state.conversations.get().find((c) => c.id === open.id);
+    this.chat.setTitle(listed?.title ?? open.title);
+  }
+
+  private refreshChat(): void {
+    const open = this.state.chat.get();
+    const model = this.state.model.get();
+    const idle = !this.generations.current() && !this.state.sending.get();
+    const counts = new Map<string, number>();
+    for (const message of open.messages) {
+      const live = this.generations.forMessage(message.id);
+      if (live) counts.set(message.id, live.tokenCount);
+    }
+    this.chat.setMessages(open.messages, {
+      idle,
+      contextWindow: this.contextWindow(),
+      tokenCounts: counts,
+      loading: open.loading,
+    });
+    if (model.state === "ready") this.emptyTitle.textContent = `Chat with ${model.name}`;
+  }
+
+  private refreshNotice(): void {
+    const full = this.state.contextFull.get();
+    const notice = full && full.conversationId === this.state.chat.get().id ? full : null;
+    if (notice === this.shownNotice) return;
+    this.shownNotice = notice;
+    this.chat.setNotice(
+      notice && {
+        message: `${notice.message} Start a new chat, or raise the context length in Settings.`,
+        newChat: () => this.newChat(),
+        openSettings: () => void this.settingsDialog.open(),
+      },
+    );
+  }
+
+  private refreshComposer(): void {
+    const model = this.state.model.get();
+    this.composer.setState({
+      generating: this.generations.current() !== undefined,
+      blockedReason: this.blockedReason(),
+      vision: model.state === "ready" ? model.vision : true,
+    });
+  }
+
+  private blockedReason(): string | null {
+    if (this.state.sending.get()) return "Sending…";
+    const model = this.state.model.get();
+    switch (model.state) {
+      case "ready":
+        return null;
+      case "loading":
+        return `Loading the model: ${model.stage}`;
+      case "downloading":
+        return "The model is downloading…";
+      case "failed":
+        return "The model could not be loaded. Start a new chat to fix it.";
+      case "none":
+        return "No model yet. Start a new chat to download or choose one.";
+    }
+  }
+
+  /** The tokens a conversation can hold now: the configured length, within the model's limit. */
+  private contextWindow(): number | null {
+    const model = this.state.model.get();
+    const limit = model.state === "ready" ? model.contextWindow : null;
+    const configured = this.state.settings.get()?.contextLength ?? null;
+    if (limit && configured) return Math.min(limit, configured);
+    return limit ?? configured;
+  }
+
   // Model
 
   private applyModelState(state: ModelState): void {
-    const wasReady = this.model.state === "ready";
-    this.model = state;
-    if (state.state === "ready" || state.state === "downloading" || state.state === "loading") this.setupError = null;
-    this.statusBar.setModel(state);
+    const wasReady = this.state.model.get().state === "ready";
+    this.state.model.set(state);
+    if (state.state === "ready" || state.state === "downloading" || state.state === "loading")
+      this.state.setup.patch({ error: null });
     if (state.state === "ready" && !wasReady) void this.refreshMemory();
-    this.renderMain();
   }
 
   private async chooseFolder(): Promise<void> {
-    this.setupBusy = true;
-    this.renderMain();
+    this.state.setup.patch({ busy: true, error: null });
     try {
-      this.setupError = null;
       this.applyModelState(await api.chooseModelFolder());
     } catch (error) {
-      this.setupError = errorMessage(error);
+      this.state.setup.patch({ error: errorMessage(error) });
     } finally {
-      this.setupBusy = false;
-      this.renderMain();
+      this.state.setup.patch({ busy: false });
     }
   }
 
   private async download(): Promise<void> {
-    this.setupBusy = true;
-    this.setupError = null;
-    this.renderMain();
+    this.state.setup.patch({ busy: true, error: null });
     try {
       await api.downloadModel();
     } catch (error) {
-      this.setupError = errorMessage(error);
+      this.state.setup.patch({ error: errorMessage(error) });
     } finally {
-      this.setupBusy = false;
-      this.renderMain();
+      this.state.setup.patch({ busy: false });
     }
   }
 
@@ -228,52 +352,41 @@ export class App {
 
   private async refreshConversations(): Promise<void> {
     try {
-      this.conversations = await api.listConversations();
-      this.sidebar.setConversations(this.conversations);
-      const open = this.conversations.find((c) => c.id === this.openId);
-      if (open) this.chat.setTitle(open.title);
-      this.sidebar.setActive(this.openId);
-      this.sidebar.setGenerating(this.generations.conversationIds());
+      this.state.conversations.set(await api.listConversations());
     } catch (error) {
       this.toasts.show(`Could not load your chats: ${errorMessage(error)}`);
     }
   }
 
   private newChat(): void {
-    this.viewSerial += 1;
-    this.openId = null;
-    this.loadingConversation = false;
-    this.messages = [];
-    if (this.contextFull?.conversationId === null) this.contextFull = null;
-    this.sidebar.setActive(null);
-    this.renderMain();
+    if (this.state.contextFull.get()?.conversationId === null) this.state.contextFull.set(null);
+    const serial = this.state.chat.get().serial + 1;
+    this.state.chat.set({ id: null, messages: [], loading: false, title: null, serial });
     this.composer.focus();
   }
 
   private async openConversation(id: string, messageId?: string): Promise<void> {
-    const serial = ++this.viewSerial;
-    this.openId = id;
-    this.messages = [];
-    this.loadingConversation = true;
-    this.sidebar.setActive(id);
-    this.renderMain();
-    this.chat.setTitle(this.conversations.find((c) => c.id === id)?.title ?? null);
+    const chat = this.state.chat;
+    const serial = chat.get().serial + 1;
+    const title = this.state.conversations.get().find((c) => c.id === id)?.title ?? null;
+    chat.set({ id, messages: [], loading: true, title, serial });
     try {
       const conversation = await api.getConversation(id);
-      if (serial !== this.viewSerial) return;
-      this.loadingConversation = false;
-      this.messages = conversation.messages.map((message) => this.withLiveState(message));
-      const last = [...this.messages].reverse().find((message) => message.role === "assistant");
-      if (last?.usage?.stopReason === "contextFull" && !this.contextFull)
-        this.contextFull = { conversationId: id, message: "Its last answer was cut off because the context window filled up." };
-      this.renderMain();
-      this.chat.setTitle(conversation.title);
+      if (serial !== chat.get().serial) return;
+      const messages = conversation.messages.map((message) => this.withLiveState(message));
+      const last = [...messages].reverse().find((message) => message.role === "assistant");
+      if (last?.usage?.stopReason === "contextFull" && !this.state.contextFull.get())
+        this.state.contextFull.set({
+          conversationId: id,
+          message: "Its last answer was cut off because the context window filled up.",
+        });
+      chat.patch({ messages, loading: false, title: conversation.title });
       if (messageId) this.chat.reveal(messageId);
       else this.chat.scrollToBottom(false);
       this.composer.focus();
     } catch (error) {
-      if (serial !== this.viewSerial) return;
-      this.loadingConversation = false;
+      if (serial !== chat.get().serial) return;
+      chat.patch({ loading: false });
       this.toasts.show(`Could not open the chat: ${errorMessage(error)}`);
       if (error instanceof ApiError && error.kind === "notFound") void this.refreshConversations();
       this.newChat();
@@ -283,12 +396,20 @@ export class App {
   private async rename(conversation: ConversationSummary, title: string): Promise<void> {
     try {
       await api.renameConversation(conversation.id, title);
-      this.conversations = this.conversations.map((c) => (c.id === conversation.id ? { ...c, title } : c));
-      if (this.openId === conversation.id) this.chat.setTitle(title);
+      this.state.conversations.update((list) => list.map((c) => (c.id === conversation.id ? { ...c, title } : c)));
       this.sidebar.refreshSearch();
     } catch (error) {
       this.toasts.show(`Could not rename the chat: ${errorMessage(error)}`);
       throw error;
+    }
+  }
+
+  private async pin(conversation: ConversationSummary, pinned: boolean): Promise<void> {
+    try {
+      await api.setPinned(conversation.id, pinned);
+      this.state.conversations.update((list) => list.map((c) => (c.id === conversation.id ? { ...c, pinned } : c)));
+    } catch (error) {
+      this.toasts.show(`Could not ${pinned ? "pin" : "unpin"} the chat: ${errorMessage(error)}`);
     }
   }
 
@@ -303,10 +424,9 @@ export class App {
     if (!confirmed) return;
     try {
       await api.deleteConversation(conversation.id);
-      this.conversations = this.conversations.filter((c) => c.id !== conversation.id);
-      this.sidebar.setConversations(this.conversations);
+      this.state.conversations.update((list) => list.filter((c) => c.id !== conversation.id));
       this.sidebar.refreshSearch();
-      if (this.openId === conversation.id) this.newChat();
+      if (this.state.chat.get().id === conversation.id) this.newChat();
     } catch (error) {
       this.toasts.show(`Could not delete the chat: ${errorMessage(error)}`);
     }
@@ -315,14 +435,14 @@ export class App {
   // Sending and generation
 
   private async send(text: string): Promise<void> {
-    if (this.sending || this.generations.current() || this.model.state !== "ready") return;
-    const attachments = this.pending;
-    const conversationId = this.openId;
-    const serial = this.viewSerial;
+    const { chat, pending, sending } = this.state;
+    if (sending.get() || this.generations.current() || this.state.model.get().state !== "ready") return;
+    const attachments = pending.get();
+    const { id: conversationId, serial, messages } = chat.get();
     const optimistic: Message = {
       id: `${PENDING_PREFIX}message`,
       conversationId: conversationId ?? "",
-      position: this.messages.length,
+      position: messages.length,
       role: "user",
       text,
       status: "complete",
@@ -332,64 +452,63 @@ export class App {
       attachments: attachments.map((attachment) => {
         const id = `${PENDING_PREFIX}${attachment.id}`;
         this.thumbnails.set(id, Promise.resolve(attachment.thumbnail));
-        return { id, hash: "", mime: attachment.mime, width: attachment.width, height: attachment.height, byteSize: attachment.byteSize, fileName: attachment.name };
+        return {
+          id,
+          hash: "",
+          mime: attachment.mime,
+          width: attachment.width,
+          height: attachment.height,
+          byteSize: attachment.byteSize,
+          fileName: attachment.name,
+        };
       }),
     };
-    this.sending = true;
-    this.messages = [...this.messages, optimistic];
-    this.pending = [];
+    sending.set(true);
+    chat.patch({ messages: [...messages, optimistic] });
+    pending.set([]);
     this.composer.setText("");
-    this.composer.setAttachments([]);
-    this.renderChat();
     this.chat.scrollToBottom(false);
     try {
       const sent = await api.sendMessage({ conversationId, text, attachmentIds: attachments.map((a) => a.id) });
       this.accept(sent, serial);
     } catch (error) {
-      if (serial === this.viewSerial) this.messages = this.messages.filter((message) => message !== optimistic);
+      if (serial === chat.get().serial)
+        chat.update((open) => ({ ...open, messages: open.messages.filter((message) => message !== optimistic) }));
       if (!this.composer.text()) this.composer.setText(text);
-      if (this.pending.length === 0) this.pending = attachments;
-      this.composer.setAttachments(this.pending);
+      if (pending.get().length === 0) pending.set(attachments);
       this.failed(error, "Could not send the message", conversationId);
     } finally {
-      this.sending = false;
-      this.renderChat();
+      sending.set(false);
       this.composer.focus();
     }
   }
 
   private async regenerate(): Promise<void> {
-    const conversationId = this.openId;
-    if (!conversationId || this.generations.current() || this.sending) return;
-    const serial = this.viewSerial;
-    this.sending = true;
-    this.renderChat();
+    const { id: conversationId, serial } = this.state.chat.get();
+    if (!conversationId || this.generations.current() || this.state.sending.get()) return;
+    this.state.sending.set(true);
     try {
       this.accept(await api.regenerate(conversationId), serial);
     } catch (error) {
       this.failed(error, "Could not regenerate the answer", conversationId);
     } finally {
-      this.sending = false;
-      this.renderChat();
+      this.state.sending.set(false);
     }
   }
 
   private async edit(message: Message, text: string): Promise<void> {
-    const conversationId = this.openId;
-    if (!conversationId || this.generations.current() || this.sending) return;
-    const serial = this.viewSerial;
-    const before = this.messages;
-    this.messages = [...this.messages.filter((m) => m.position < message.position), { ...message, text }];
-    this.sending = true;
-    this.renderChat();
+    const { chat, sending } = this.state;
+    const { id: conversationId, serial, messages: before } = chat.get();
+    if (!conversationId || this.generations.current() || sending.get()) return;
+    chat.patch({ messages: [...before.filter((m) => m.position < message.position), { ...message, text }] });
+    sending.set(true);
     try {
       this.accept(await api.editMessage(conversationId, message.id, text), serial);
     } catch (error) {
-      if (serial === this.viewSerial) this.messages = before;
+      if (serial === chat.get().serial) chat.patch({ messages: before });
       this.failed(error, "Could not resend the message", conversationId);
     } finally {
-      this.sending = false;
-      this.renderChat();
+      sending.set(false);
     }
   }
 
@@ -397,20 +516,21 @@ export class App {
   private accept(sent: Sent, serial: number): void {
     const live = this.generations.start(sent);
     this.upsertConversation(sent.conversation);
-    const stillHere = serial === this.viewSerial && (this.openId === null || this.openId === sent.conversation.id);
+    const open = this.state.chat.get();
+    const stillHere = serial === open.serial && (open.id === null || open.id === sent.conversation.id);
     if (stillHere) {
-      if (this.contextFull?.conversationId === this.openId) this.contextFull = null;
-      this.openId = sent.conversation.id;
-      this.sidebar.setActive(this.openId);
-      this.chat.setTitle(sent.conversation.title);
-      const earlier = this.messages.filter(
+      if (this.state.contextFull.get()?.conversationId === open.id) this.state.contextFull.set(null);
+      const earlier = open.messages.filter(
         (message) => message.position < sent.userMessage.position && !message.id.startsWith(PENDING_PREFIX),
       );
-      this.messages = [...earlier, sent.userMessage, this.answerFor(sent, live)];
+      this.state.chat.patch({
+        id: sent.conversation.id,
+        title: sent.conversation.title,
+        messages: [...earlier, sent.userMessage, this.answerFor(sent, live)],
+      });
       announce("Gemma is answering");
     }
     this.updateGenerating();
-    this.renderChat();
   }
 
   private answerFor(sent: Sent, live: LiveGeneration | null): Message {
@@ -438,7 +558,8 @@ export class App {
   }
 
   private async stop(): Promise<void> {
-    const live = (this.openId && this.generations.forConversation(this.openId)) || this.generations.current();
+    const openId = this.state.chat.get().id;
+    const live = (openId && this.generations.forConversation(openId)) || this.generations.current();
     if (!live) return;
     try {
       await api.stopGeneration(live.generationId);
@@ -450,72 +571,74 @@ export class App {
   private onGeneration(event: GenerationEvent): void {
     const live = this.generations.apply(event);
     if (!live) return;
+    const isOpen = event.conversationId === this.state.chat.get().id;
     if (event.type === "delta") {
-      if (event.conversationId === this.openId) this.scheduler.mark(event.messageId);
+      if (isOpen) this.scheduler.mark(event.messageId);
       this.updateGenerating();
       return;
     }
     this.scheduler.flush();
     let answer: FinishedAnswer;
     if (event.type === "done") {
-      this.contextWindows.set(event.messageId, event.contextWindow);
       const stopped = event.usage.stopReason === "cancelled";
       answer = { text: live.text, status: stopped ? "stopped" : "complete", usage: event.usage, error: null };
       if (event.usage.stopReason === "contextFull")
-        this.contextFull = {
+        this.state.contextFull.set({
           conversationId: event.conversationId,
           message: `The answer was cut off at ${event.contextWindow.toLocaleString("en-US")} tokens.`,
-        };
+        });
     } else {
       answer = { text: live.text, status: "error", usage: null, error: event.error.message };
-      if (event.error.kind === "contextFull") this.contextFull = { conversationId: event.conversationId, message: event.error.message };
+      if (event.error.kind === "contextFull")
+        this.state.contextFull.set({ conversationId: event.conversationId, message: event.error.message });
     }
     this.remember(event.messageId, answer);
-    if (event.conversationId === this.openId) {
-      this.messages = this.messages.map((message) => (message.id === event.messageId ? { ...message, ...answer } : message));
-      announce(answer.status === "complete" ? "Answer complete" : answer.status === "stopped" ? "Answer stopped" : "The answer failed");
+    if (isOpen) {
+      this.state.chat.update((open) => ({
+        ...open,
+        messages: open.messages.map((message) =>
+          message.id === event.messageId ? { ...message, ...answer } : message,
+        ),
+      }));
+      announce(
+        answer.status === "complete"
+          ? "Answer complete"
+          : answer.status === "stopped"
+            ? "Answer stopped"
+            : "The answer failed",
+      );
     }
     this.updateGenerating();
-    this.renderChat();
     void this.refreshConversations();
   }
 
   private remember(messageId: string, answer: FinishedAnswer): void {
     this.finished.set(messageId, answer);
-    if (this.finished.size > 20) this.finished.delete(this.finished.keys().next().value ?? "");
+    if (this.finished.size > FINISHED_ANSWERS_KEPT) this.finished.delete(this.finished.keys().next().value ?? "");
   }
 
   private renderStreams(messageIds: string[]): void {
+    const openId = this.state.chat.get().id;
     for (const messageId of messageIds) {
       const live = this.generations.forMessage(messageId);
-      if (!live || live.conversationId !== this.openId) continue;
+      if (!live || live.conversationId !== openId) continue;
       this.chat.stream(messageId, live.text, live.tokenCount);
     }
   }
 
   private updateGenerating(): void {
-    const ids = this.generations.conversationIds();
-    const key = [...ids].sort().join(",");
-    if (key === this.generatingKey) return;
-    this.generatingKey = key;
-    this.sidebar.setGenerating(ids);
-    this.renderComposer();
+    this.state.generating.set(this.generations.conversationIds());
   }
 
   private upsertConversation(summary: ConversationSummary): void {
-    this.conversations = [summary, ...this.conversations.filter((c) => c.id !== summary.id)];
-    this.sidebar.setConversations(this.conversations);
-    this.sidebar.setActive(this.openId);
+    this.state.conversations.update((list) => [summary, ...list.filter((c) => c.id !== summary.id)]);
   }
 
   /** Shows an error where it belongs: the context notice for a full context, a toast otherwise. */
   private failed(error: unknown, what: string, conversationId: string | null): void {
-    if (error instanceof ApiError && error.kind === "contextFull") {
-      this.contextFull = { conversationId, message: error.message };
-      this.renderChat();
-    } else {
-      this.toasts.show(`${what}: ${errorMessage(error)}`);
-    }
+    if (error instanceof ApiError && error.kind === "contextFull")
+      this.state.contextFull.set({ conversationId, message: error.message });
+    else this.toasts.show(`${what}: ${errorMessage(error)}`);
   }
 
   // Attachments
@@ -541,14 +664,14 @@ export class App {
 
   private addAttachments(attachments: PendingAttachment[]): void {
     if (attachments.length === 0) return;
-    this.pending = [...this.pending, ...attachments];
-    this.composer.setAttachments(this.pending);
-    if (this.model.state === "ready" && !this.model.vision) this.toasts.show("This model does not read images; they will be ignored.");
+    this.state.pending.update((pending) => [...pending, ...attachments]);
+    const model = this.state.model.get();
+    if (model.state === "ready" && !model.vision)
+      this.toasts.show("This model does not read images; they will be ignored.");
   }
 
   private removeAttachment(attachment: PendingAttachment): void {
-    this.pending = this.pending.filter((a) => a.id !== attachment.id);
-    this.composer.setAttachments(this.pending);
+    this.state.pending.update((pending) => pending.filter((a) => a.id !== attachment.id));
     api.removePendingAttachment(attachment.id).catch(() => {});
   }
 
@@ -576,96 +699,10 @@ export class App {
 
   private async saveSettings(settings: Settings): Promise<Settings> {
     const stored = await api.saveSettings(settings);
-    this.settings = stored;
-    if (this.contextFull && settings.contextLength > (this.contextWindow() ?? 0)) this.contextFull = null;
-    this.renderChat();
+    this.state.settings.set(stored);
+    if (this.state.contextFull.get() && settings.contextLength > (this.contextWindow() ?? 0))
+      this.state.contextFull.set(null);
     return stored;
-  }
-
-  /** The tokens a conversation can hold now: the configured length, within the model's limit. */
-  private contextWindow(): number | null {
-    const model = this.model.state === "ready" ? this.model.contextWindow : null;
-    const configured = this.settings?.contextLength ?? null;
-    if (model && configured) return Math.min(model, configured);
-    return model ?? configured;
-  }
-
-  // Rendering
-
-  private renderMain(): void {
-    const showSetup = this.model.state !== "ready" && this.openId === null;
-    if (showSetup && this.model.state !== "ready") {
-      const focused = document.activeElement instanceof HTMLElement ? document.activeElement.dataset.testid : undefined;
-      this.main.replaceChildren(
-        setupView(
-          this.model,
-          {
-            modelsDir: this.status?.modelsDir ?? "",
-            platform: this.status?.platform ?? "",
-            busy: this.setupBusy,
-            error: this.setupError,
-          },
-          {
-            download: () => void this.download(),
-            cancelDownload: () => void this.cancelDownload(),
-            chooseFolder: () => void this.chooseFolder(),
-          },
-        ),
-      );
-      this.main.classList.add("centered");
-      if (focused) this.main.querySelector<HTMLElement>(`[data-testid="${focused}"]`)?.focus();
-    } else {
-      this.main.classList.remove("centered");
-      if (this.chat.element.parentElement !== this.main) this.main.replaceChildren(this.chat.element);
-      if (this.openId === null) this.chat.setTitle(null);
-    }
-    this.renderChat();
-  }
-
-  private renderChat(): void {
-    const idle = !this.generations.current() && !this.sending;
-    const counts = new Map<string, number>();
-    for (const message of this.messages) {
-      const live = this.generations.forMessage(message.id);
-      if (live) counts.set(message.id, live.tokenCount);
-    }
-    const windowSize = this.contextWindow();
-    this.chat.setMessages(this.messages, { idle, contextWindow: windowSize, tokenCounts: counts, loading: this.loadingConversation });
-    if (this.model.state === "ready") this.emptyTitle.textContent = `Chat with ${this.model.name}`;
-    const notice = this.contextFull && this.contextFull.conversationId === this.openId ? this.contextFull : null;
-    this.chat.setNotice(
-      notice && {
-        message: `${notice.message} Start a new chat, or raise the context length in Settings.`,
-        newChat: () => this.newChat(),
-        openSettings: () => void this.settingsDialog.open(),
-      },
-    );
-    this.renderComposer();
-  }
-
-  private renderComposer(): void {
-    const generating = this.generations.current() !== undefined;
-    this.composer.setState({
-      generating,
-      blockedReason: this.blockedReason(),
-      vision: this.model.state === "ready" ? this.model.vision : true,
-    });
-  }
-
-  private blockedReason(): string | null {
-    if (this.sending) return "Sending…";
-    switch (this.model.state) {
-      case "ready":
-        return null;
-      case "loading":
-        return `Loading the model: ${this.model.stage}`;
-      case "downloading":
-        return "The model is downloading…";
-      case "failed":
-        return "The model could not be loaded. Start a new chat to fix it.";
-      case "none":
-        return "No model yet. Start a new chat to download or choose one.";
-    }
   }
 
   // Window-wide behaviour

@@ -10,7 +10,7 @@ export async function copyText(text: string): Promise<boolean> {
     area.className = "offscreen";
     document.body.append(area);
     area.select();
-    let ok = false;
+    let ok: boolean;
     try {
       ok = document.execCommand("copy");
     } catch {

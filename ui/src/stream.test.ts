@@ -116,7 +116,15 @@ describe("Generations", () => {
       conversationId: "c7",
       messageId: "m7",
       contextWindow: 8192,
-      usage: { promptTokens: 1, reusedTokens: 0, generatedTokens: 1, timeToFirstTokenMs: 1, prefillTokensPerSecond: 1, decodeTokensPerSecond: 1, stopReason: "endOfTurn" },
+      usage: {
+        promptTokens: 1,
+        reusedTokens: 0,
+        generatedTokens: 1,
+        timeToFirstTokenMs: 1,
+        prefillTokensPerSecond: 1,
+        decodeTokensPerSecond: 1,
+        stopReason: "endOfTurn",
+      },
     });
     expect(done?.text).toBe("text");
     expect(generations.current()).toBeUndefined();

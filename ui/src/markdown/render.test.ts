@@ -32,7 +32,9 @@ describe("markdown", () => {
   });
 
   it("resolves language aliases and leaves unknown languages as plain escaped text", () => {
-    expect(render("```ts\nconst x: number = 1;\n```").querySelector("code")?.className).toBe("hljs language-typescript");
+    expect(render("```ts\nconst x: number = 1;\n```").querySelector("code")?.className).toBe(
+      "hljs language-typescript",
+    );
     const plain = render("```brainfart\n<b>not bold</b>\n```").querySelector("code");
     expect(plain?.className).toBe("hljs");
     expect(plain?.textContent).toBe("<b>not bold</b>\n");

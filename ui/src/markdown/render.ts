@@ -70,7 +70,12 @@ function decorate(fragment: DocumentFragment): void {
     const language = label?.textContent === "text" ? "" : (label?.textContent ?? "");
     const copy = el(
       "button",
-      { type: "button", class: "code-copy", "data-testid": "copy-code", "aria-label": language ? `Copy ${language} code` : "Copy code" },
+      {
+        type: "button",
+        class: "code-copy",
+        "data-testid": "copy-code",
+        "aria-label": language ? `Copy ${language} code` : "Copy code",
+      },
       "Copy",
     );
     copy.addEventListener("click", () => {

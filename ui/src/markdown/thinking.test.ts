@@ -16,7 +16,11 @@ describe("splitThinking", () => {
   });
 
   it("reports a thought still in progress", () => {
-    expect(splitThinking("<|channel>thought\nHmm, the user", true)).toEqual({ thinking: "Hmm, the user", thinkingDone: false, answer: "" });
+    expect(splitThinking("<|channel>thought\nHmm, the user", true)).toEqual({
+      thinking: "Hmm, the user",
+      thinkingDone: false,
+      answer: "",
+    });
   });
 
   it("hides half-arrived markers while streaming, but not in finished text", () => {

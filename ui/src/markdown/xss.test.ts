@@ -10,8 +10,9 @@ const PAYLOADS: Record<string, string> = {
   "script tag": "<script>alert(1)</script>",
   "script in a paragraph": "Hello <script src=https://evil.example/x.js></script> world",
   "img onerror": "<img src=x onerror=alert(1)>",
-  "svg onload with script": '<svg onload="alert(1)"><script>alert(1)</script><a xlink:href="javascript:alert(1)">x</a></svg>',
-  "iframe": '<iframe src="javascript:alert(1)"></iframe>',
+  "svg onload with script":
+    '<svg onload="alert(1)"><script>alert(1)</script><a xlink:href="javascript:alert(1)">x</a></svg>',
+  iframe: '<iframe src="javascript:alert(1)"></iframe>',
   "object and embed": '<object data="javascript:alert(1)"></object><embed src="x.swf">',
   "style tag": "<style>body { display: none }</style>",
   "style attribute": '<div style="background:url(javascript:alert(1))">x</div>',
@@ -34,8 +35,11 @@ const PAYLOADS: Record<string, string> = {
   "html entities": "&lt;script&gt;alert(1)&lt;/script&gt; &#60;img src=x onerror=alert(1)&#62;",
   "code fence with markup": "```html\n<script>alert(1)</script>\n<img src=x onerror=alert(1)>\n```",
   "code fence info breakout": '```js" onmouseover="alert(1)\nx\n```',
-  "mutation xss": "<math><mtext><table><mglyph><style><img src=x onerror=alert(1)></style></mglyph></table></mtext></math>",
-  "form": '<form action="https://evil.example"><input name="q"><button formaction="javascript:alert(1)">go</button></form>',
+  "mutation xss":
+    "<math><mtext><table><mglyph><style><img src=x onerror=alert(1)></style></mglyph></table></mtext></math>",
+  form:
+    '<form action="https://evil.example"><input name="q">' +
+    '<button formaction="javascript:alert(1)">go</button></form>',
   "meta refresh": '<meta http-equiv="refresh" content="0;url=javascript:alert(1)">',
   "base tag": '<base href="javascript:alert(1)//">',
   "math href": "$\\href{javascript:alert(1)}{click}$",
@@ -45,7 +49,8 @@ const PAYLOADS: Record<string, string> = {
   "display math with html": "$$\n</span><img src=x onerror=alert(1)>\n$$",
 };
 
-const DANGEROUS_TAGS = "script, iframe, object, embed, style, link, meta, base, img, form, input, button:not(.code-copy), frame, template";
+const DANGEROUS_TAGS =
+  "script, iframe, object, embed, style, link, meta, base, img, form, input, button:not(.code-copy), frame, template";
 const URL_ATTRIBUTES = ["href", "src", "xlink:href", "action", "formaction", "data", "srcset", "background", "poster"];
 
 function renderInto(text: string): HTMLElement {

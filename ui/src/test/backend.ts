@@ -9,11 +9,28 @@ import type {
   SearchHit,
   Sent,
   Settings,
+  SettingsLimits,
   Usage,
 } from "../api";
 import { emit, handle } from "./fake-tauri";
 
-export const READY: ModelState = { state: "ready", name: "Gemma 4 E4B", dir: "/models/gemma-4-e4b", contextWindow: 8192, vision: true };
+export const READY: ModelState = {
+  state: "ready",
+  name: "Gemma 4 E4B",
+  dir: "/models/gemma-4-e4b",
+  contextWindow: 8192,
+  vision: true,
+};
+
+/** The limits the backend sends (`SettingsLimits::default` in src-tauri/src/settings.rs). */
+export const LIMITS: SettingsLimits = {
+  temperature: { min: 0, max: 2 },
+  topP: { min: 0.01, max: 1 },
+  topK: { min: 0, max: 1000 },
+  maxTokens: { min: 1, max: 131_072 },
+  contextLength: { min: 512, max: 131_072 },
+  imageTokenBudgets: [70, 140, 280, 560, 1120],
+};
 
 export const SETTINGS: Settings = {
   systemPrompt: "",
@@ -27,7 +44,15 @@ export const SETTINGS: Settings = {
 };
 
 export function message(partial: Partial<Message> & Pick<Message, "id" | "conversationId" | "role" | "text">): Message {
-  return { position: 0, status: "complete", error: null, usage: null, createdAt: Date.now(), attachments: [], ...partial };
+  return {
+    position: 0,
+    status: "complete",
+    error: null,
+    usage: null,
+    createdAt: Date.now(),
+    attachments: [],
+    ...partial,
+  };
 }
 
 export function usage(partial: Partial<Usage> = {}): Usage {
@@ -44,7 +69,13 @@ export function usage(partial: Partial<Usage> = {}): Usage {
 }
 
 export class FakeBackend {
-  status: AppStatus = { version: "0.1.0", modelsDir: "/Users/ada/Models", platform: "macos", model: READY };
+  status: AppStatus = {
+    version: "0.1.0",
+    modelsDir: "/Users/ada/Models",
+    platform: "macos",
+    model: READY,
+    settingsLimits: LIMITS,
+  };
   settings: Settings = { ...SETTINGS };
   conversations = new Map<string, Conversation>();
   hits: SearchHit[] = [];
@@ -65,27 +96,44 @@ export class FakeBackend {
       const conversation = this.conversations.get(id as string);
       if (conversation) conversation.title = title as string;
     });
+    handle("set_pinned", ({ conversationId, pinned }) => {
+      const conversation = this.conversations.get(conversationId as string);
+      if (!conversation) throw { kind: "notFound", message: "That chat no longer exists." };
+      conversation.pinned = pinned as boolean;
+    });
     handle("delete_conversation", ({ id }) => {
       this.conversations.delete(id as string);
     });
     handle("search_conversations", () => this.hits);
-    handle("send_message", ({ request }) => this.send(request as { conversationId: string | null; text: string; attachmentIds: string[] }));
+    handle("send_message", ({ request }) =>
+      this.send(request as { conversationId: string | null; text: string; attachmentIds: string[] }),
+    );
     handle("regenerate", ({ conversationId }) => this.regenerate(conversationId as string));
-    handle("edit_message", ({ conversationId, messageId, text }) => this.edit(conversationId as string, messageId as string, text as string));
+    handle("edit_message", ({ conversationId, messageId, text }) =>
+      this.edit(conversationId as string, messageId as string, text as string),
+    );
     handle("stop_generation", () => true);
     handle("get_settings", () => ({ ...this.settings }));
     handle("save_settings", ({ settings }) => {
       this.settings = { ...(settings as Settings) };
       return { ...this.settings };
     });
-    handle("memory_usage", () => ({ residentBytes: 3_400_000_000, mlxActiveBytes: 2_900_000_000, mlxPeakBytes: 3_100_000_000 }));
+    handle("memory_usage", () => ({
+      residentBytes: 3_400_000_000,
+      mlxActiveBytes: 2_900_000_000,
+      mlxPeakBytes: 3_100_000_000,
+    }));
     handle("attachment_thumbnail", ({ attachmentId }) => `data:image/png;base64,${String(attachmentId)}`);
     handle("remove_pending_attachment", () => undefined);
     handle("open_link", () => undefined);
     handle("pick_images", () => []);
   }
 
-  addConversation(title: string, messages: Omit<Message, "conversationId" | "position">[] = [], updatedAt = Date.now()): Conversation {
+  addConversation(
+    title: string,
+    messages: Omit<Message, "conversationId" | "position">[] = [],
+    updatedAt = Date.now(),
+  ): Conversation {
     const id = `c${this.nextId++}`;
     const conversation: Conversation = {
       id,
@@ -102,7 +150,7 @@ export class FakeBackend {
 
   list(): ConversationSummary[] {
     return [...this.conversations.values()]
-      .sort((a, b) => b.updatedAt - a.updatedAt)
+      .sort((a, b) => Number(b.pinned) - Number(a.pinned) || b.updatedAt - a.updatedAt)
       .map((c) => ({
         id: c.id,
         title: c.title,
@@ -123,11 +171,25 @@ export class FakeBackend {
   }
 
   delta(sent: Sent, delta: string, tokenCount: number): void {
-    this.event({ type: "delta", generationId: sent.generationId, conversationId: sent.conversation.id, messageId: sent.assistantMessageId, delta, tokenCount });
+    this.event({
+      type: "delta",
+      generationId: sent.generationId,
+      conversationId: sent.conversation.id,
+      messageId: sent.assistantMessageId,
+      delta,
+      tokenCount,
+    });
   }
 
   done(sent: Sent, partial: Partial<Usage> = {}, contextWindow = 8192): void {
-    this.event({ type: "done", generationId: sent.generationId, conversationId: sent.conversation.id, messageId: sent.assistantMessageId, usage: usage(partial), contextWindow });
+    this.event({
+      type: "done",
+      generationId: sent.generationId,
+      conversationId: sent.conversation.id,
+      messageId: sent.assistantMessageId,
+      usage: usage(partial),
+      contextWindow,
+    });
   }
 
   event(event: GenerationEvent): void {
@@ -149,7 +211,15 @@ export class FakeBackend {
       position: conversation.messages.length,
       role: "user",
       text: request.text,
-      attachments: request.attachmentIds.map((id) => ({ id: `a-${id}`, hash: "h", mime: "image/png", width: 64, height: 48, byteSize: 100, fileName: "x.png" })),
+      attachments: request.attachmentIds.map((id) => ({
+        id: `a-${id}`,
+        hash: "h",
+        mime: "image/png",
+        width: 64,
+        height: 48,
+        byteSize: 100,
+        fileName: "x.png",
+      })),
     });
     conversation.messages.push(user);
     return this.answer(conversation, user);
@@ -176,10 +246,22 @@ export class FakeBackend {
   private answer(conversation: Conversation, user: Message): Sent {
     const assistantMessageId = `m${this.nextId++}`;
     conversation.messages.push(
-      message({ id: assistantMessageId, conversationId: conversation.id, position: user.position + 1, role: "assistant", text: "", status: "streaming" }),
+      message({
+        id: assistantMessageId,
+        conversationId: conversation.id,
+        position: user.position + 1,
+        role: "assistant",
+        text: "",
+        status: "streaming",
+      }),
     );
     conversation.updatedAt = Date.now();
-    const sent = { conversation: this.summary(conversation), userMessage: user, assistantMessageId, generationId: this.nextGeneration++ };
+    const sent = {
+      conversation: this.summary(conversation),
+      userMessage: user,
+      assistantMessageId,
+      generationId: this.nextGeneration++,
+    };
     this.sent.push(sent);
     return sent;
   }

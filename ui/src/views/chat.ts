@@ -27,7 +27,12 @@ export class ChatView {
   private readonly list = el("div", { class: "messages" });
   private readonly empty: HTMLElement;
   private readonly notice = el("div", { class: "context-notice-slot" });
-  private readonly jump = el("button", { type: "button", class: "jump-to-latest", hidden: true }, icon("chevronDown"), "Latest");
+  private readonly jump = el(
+    "button",
+    { type: "button", class: "jump-to-latest", hidden: true },
+    icon("chevronDown"),
+    "Latest",
+  );
   private readonly views = new Map<string, MessageView>();
   private messages: Message[] = [];
   private stickToBottom = true;

@@ -23,7 +23,8 @@ function write(text: string): void {
   composer.textarea.dispatchEvent(new Event("input", { bubbles: true }));
 }
 
-const button = (testId: string) => composer.element.querySelector<HTMLButtonElement>(`[data-testid="${testId}"]`) as HTMLButtonElement;
+const button = (testId: string) =>
+  composer.element.querySelector<HTMLButtonElement>(`[data-testid="${testId}"]`) as HTMLButtonElement;
 
 describe("composer keyboard", () => {
   it("sends the text on Enter", () => {
@@ -55,7 +56,17 @@ describe("composer keyboard", () => {
   });
 
   it("sends attachments without text", () => {
-    composer.setAttachments([{ id: "p", name: "a.png", mime: "image/png", width: 1, height: 1, byteSize: 1, thumbnail: "data:image/png;base64,AA" }]);
+    composer.setAttachments([
+      {
+        id: "p",
+        name: "a.png",
+        mime: "image/png",
+        width: 1,
+        height: 1,
+        byteSize: 1,
+        thumbnail: "data:image/png;base64,AA",
+      },
+    ]);
     key("Enter");
     expect(handlers.send).toHaveBeenCalledWith("");
   });

@@ -43,7 +43,11 @@ export class Composer {
       spellcheck: "true",
     });
     this.sendButton = iconButton("Send message", icon("send"), { class: "icon-button send", "data-testid": "send" });
-    this.stopButton = iconButton("Stop generating", icon("stop"), { class: "icon-button stop", "data-testid": "stop", hidden: true });
+    this.stopButton = iconButton("Stop generating", icon("stop"), {
+      class: "icon-button stop",
+      "data-testid": "stop",
+      hidden: true,
+    });
     this.attachButton = iconButton("Attach images", icon("paperclip"), { "data-testid": "attach" });
 
     this.textarea.addEventListener("keydown", (event) => this.onKeyDown(event));
@@ -75,14 +79,21 @@ export class Composer {
     this.attachments = attachments;
     this.tray.replaceChildren(
       ...attachments.map((attachment) => {
-        const remove = iconButton(`Remove ${attachment.name}`, icon("close"), { class: "icon-button remove-attachment" });
+        const remove = iconButton(`Remove ${attachment.name}`, icon("close"), {
+          class: "icon-button remove-attachment",
+        });
         remove.addEventListener("click", () => {
           this.handlers.removeAttachment(attachment);
           this.textarea.focus();
         });
+        const size = `${attachment.width} × ${attachment.height}, ${formatBytes(attachment.byteSize)}`;
         return el(
           "li",
-          { class: "pending-attachment", "data-testid": "pending-attachment", title: `${attachment.name} — ${attachment.width} × ${attachment.height}, ${formatBytes(attachment.byteSize)}` },
+          {
+            class: "pending-attachment",
+            "data-testid": "pending-attachment",
+            title: `${attachment.name} — ${size}`,
+          },
           el("img", { src: attachment.thumbnail, alt: attachment.name }),
           remove,
         );

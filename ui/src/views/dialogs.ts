@@ -21,7 +21,13 @@ export function confirmDialog(host: HTMLElement, options: ConfirmOptions): Promi
   );
   const dialog = el(
     "dialog",
-    { class: "confirm-dialog", role: "alertdialog", "aria-labelledby": "confirm-title", "aria-describedby": "confirm-message", "data-testid": options.testId ?? "confirm-dialog" },
+    {
+      class: "confirm-dialog",
+      role: "alertdialog",
+      "aria-labelledby": "confirm-title",
+      "aria-describedby": "confirm-message",
+      "data-testid": options.testId ?? "confirm-dialog",
+    },
     el("h1", { id: "confirm-title" }, options.title),
     el("p", { id: "confirm-message" }, options.message),
     options.detail !== undefined && el("code", { class: "path confirm-detail" }, options.detail),

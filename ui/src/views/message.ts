@@ -101,7 +101,11 @@ export class MessageView {
     const list = el("div", { class: "message-attachments" });
     for (const attachment of this.message.attachments) {
       const size = attachment.width && attachment.height ? `, ${attachment.width} × ${attachment.height}` : "";
-      const image = el("img", { class: "message-attachment", "data-testid": "message-attachment", alt: `Attached image${size}` });
+      const image = el("img", {
+        class: "message-attachment",
+        "data-testid": "message-attachment",
+        alt: `Attached image${size}`,
+      });
       if (attachment.width && attachment.height) {
         image.width = Math.min(160, attachment.width);
         image.height = Math.round((image.width / attachment.width) * attachment.height);
@@ -134,7 +138,9 @@ export class MessageView {
     this.renderThinking(thinking, thinkingDone);
     this.body.className = "message-body markdown";
     if (streaming && !answer && !(thinking && !thinkingDone)) {
-      this.body.replaceChildren(el("span", { class: "typing", "aria-label": "Gemma is writing" }, el("span"), el("span"), el("span")));
+      this.body.replaceChildren(
+        el("span", { class: "typing", "aria-label": "Gemma is writing" }, el("span"), el("span"), el("span")),
+      );
       return;
     }
     const rendered = renderMarkdown(answer);
@@ -153,7 +159,12 @@ export class MessageView {
       return;
     }
     if (!this.thinking) {
-      this.thinking = el("details", { class: "thinking" }, el("summary"), el("div", { class: "thinking-body markdown" }));
+      this.thinking = el(
+        "details",
+        { class: "thinking" },
+        el("summary"),
+        el("div", { class: "thinking-body markdown" }),
+      );
       this.bubble.insertBefore(this.thinking, this.body);
     }
     const summary = this.thinking.querySelector("summary");
@@ -168,7 +179,13 @@ export class MessageView {
     if (role === "assistant") {
       if (status === "streaming") {
         const count = this.flags.tokenCount;
-        parts.push(el("span", { class: "streaming-note" }, count > 0 ? `Generating… ${formatInteger(count)} tokens` : "Generating…"));
+        parts.push(
+          el(
+            "span",
+            { class: "streaming-note" },
+            count > 0 ? `Generating… ${formatInteger(count)} tokens` : "Generating…",
+          ),
+        );
       } else {
         const stats = answerStats(this.message, this.flags.contextWindow);
         if (stats) parts.push(stats);
@@ -201,7 +218,10 @@ export class MessageView {
       bar.append(edit);
     }
     if (role === "assistant" && this.flags.lastAnswer) {
-      const again = iconButton("Regenerate answer", icon("regenerate"), { "data-testid": "regenerate", disabled: !this.flags.idle });
+      const again = iconButton("Regenerate answer", icon("regenerate"), {
+        "data-testid": "regenerate",
+        disabled: !this.flags.idle,
+      });
       again.addEventListener("click", () => this.actions.regenerate(this.message));
       bar.append(again);
     }
@@ -212,7 +232,12 @@ export class MessageView {
     if (this.editing) return;
     this.editing = true;
     this.element.classList.add("editing");
-    const field = el("textarea", { class: "edit-field", "aria-label": "Edit message", rows: "3", "data-testid": "edit-field" });
+    const field = el("textarea", {
+      class: "edit-field",
+      "aria-label": "Edit message",
+      rows: "3",
+      "data-testid": "edit-field",
+    });
     field.value = this.message.text;
     const cancel = el("button", { type: "button" }, "Cancel");
     const save = el("button", { type: "button", class: "primary", "data-testid": "edit-send" }, "Send");

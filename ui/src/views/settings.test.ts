@@ -1,23 +1,26 @@
 import { describe, expect, it } from "vitest";
 
-import { SETTINGS } from "../test/backend";
+import { LIMITS, SETTINGS } from "../test/backend";
 import { validateSettings } from "./settings";
 
 describe("validateSettings", () => {
   it("accepts the defaults", () => {
-    expect(validateSettings(SETTINGS)).toEqual({});
+    expect(validateSettings(SETTINGS, LIMITS)).toEqual({});
   });
 
   it("names each invalid field in words", () => {
-    const errors = validateSettings({
-      ...SETTINGS,
-      temperature: -1,
-      topP: 0,
-      topK: 2.5,
-      maxTokens: Number.NaN,
-      contextLength: 100,
-      imageTokenBudget: 300,
-    });
+    const errors = validateSettings(
+      {
+        ...SETTINGS,
+        temperature: -1,
+        topP: 0,
+        topK: 2.5,
+        maxTokens: Number.NaN,
+        contextLength: 100,
+        imageTokenBudget: 300,
+      },
+      LIMITS,
+    );
     expect(errors).toEqual({
       temperature: "Temperature must be between 0 and 2.",
       topP: "Top P must be between 0.01 and 1.",
@@ -29,7 +32,7 @@ describe("validateSettings", () => {
   });
 
   it("keeps answers within the context", () => {
-    expect(validateSettings({ ...SETTINGS, maxTokens: 9000, contextLength: 8192 }).maxTokens).toBe(
+    expect(validateSettings({ ...SETTINGS, maxTokens: 9000, contextLength: 8192 }, LIMITS).maxTokens).toBe(
       "The maximum answer length cannot exceed the context length.",
     );
   });

@@ -1,46 +1,86 @@
 /** The settings dialog: every generation setting, validated before it is saved. */
-import { errorMessage, type Settings } from "../api";
+import { errorMessage, type Settings, type SettingsLimits } from "../api";
 import { el, uniqueId } from "../dom";
+import type { Value } from "../store";
 
-export const IMAGE_TOKEN_BUDGETS = [70, 140, 280, 560, 1120] as const;
-export const MAX_CONTEXT = 131_072;
-const MIN_CONTEXT = 512;
+/** How the image budgets are offered; a budget not named here shows as its number. */
+const BUDGET_LABELS: Record<number, string> = {
+  70: "70 — fastest",
+  280: "280 — balanced",
+  1120: "1120 — finest detail",
+};
 
 type NumberKey = "temperature" | "topP" | "topK" | "maxTokens" | "contextLength";
 
+/** A number setting as the form shows it; its limits come from the backend (`SettingsLimits`). */
 interface NumberField {
   key: NumberKey;
   label: string;
   help: string;
-  min: number;
-  max: number;
   step: number;
   integer: boolean;
   slider: boolean;
 }
 
 const NUMBER_FIELDS: NumberField[] = [
-  { key: "temperature", label: "Temperature", help: "Higher is more varied, 0 always picks the likeliest word.", min: 0, max: 2, step: 0.05, integer: false, slider: true },
-  { key: "topP", label: "Top P", help: "Samples from the smallest set of words whose probabilities add up to this.", min: 0.01, max: 1, step: 0.01, integer: false, slider: true },
-  { key: "topK", label: "Top K", help: "Samples from this many likeliest words; 0 turns the limit off.", min: 0, max: 1000, step: 1, integer: true, slider: false },
-  { key: "maxTokens", label: "Maximum answer length", help: "Tokens per answer (a token is about ¾ of a word).", min: 1, max: MAX_CONTEXT, step: 1, integer: true, slider: false },
-  { key: "contextLength", label: "Context length", help: "Tokens of conversation the model keeps in view. Longer uses more memory.", min: MIN_CONTEXT, max: MAX_CONTEXT, step: 1, integer: true, slider: false },
+  {
+    key: "temperature",
+    label: "Temperature",
+    help: "Higher is more varied, 0 always picks the likeliest word.",
+    step: 0.05,
+    integer: false,
+    slider: true,
+  },
+  {
+    key: "topP",
+    label: "Top P",
+    help: "Samples from the smallest set of words whose probabilities add up to this.",
+    step: 0.01,
+    integer: false,
+    slider: true,
+  },
+  {
+    key: "topK",
+    label: "Top K",
+    help: "Samples from this many likeliest words; 0 turns the limit off.",
+    step: 1,
+    integer: true,
+    slider: false,
+  },
+  {
+    key: "maxTokens",
+    label: "Maximum answer length",
+    help: "Tokens per answer (a token is about ¾ of a word).",
+    step: 1,
+    integer: true,
+    slider: false,
+  },
+  {
+    key: "contextLength",
+    label: "Context length",
+    help: "Tokens of conversation the model keeps in view. Longer uses more memory.",
+    step: 1,
+    integer: true,
+    slider: false,
+  },
 ];
 
 /** Field errors in words, keyed by setting; empty when the settings are valid. */
-export function validateSettings(settings: Settings): Partial<Record<keyof Settings, string>> {
+export function validateSettings(settings: Settings, limits: SettingsLimits): Partial<Record<keyof Settings, string>> {
   const errors: Partial<Record<keyof Settings, string>> = {};
   for (const field of NUMBER_FIELDS) {
     const value = settings[field.key];
+    const { min, max } = limits[field.key];
     if (!Number.isFinite(value)) errors[field.key] = `${field.label} must be a number.`;
     else if (field.integer && !Number.isInteger(value)) errors[field.key] = `${field.label} must be a whole number.`;
-    else if (value < field.min || value > field.max)
-      errors[field.key] = `${field.label} must be between ${field.min.toLocaleString("en-US")} and ${field.max.toLocaleString("en-US")}.`;
+    else if (value < min || value > max)
+      errors[field.key] =
+        `${field.label} must be between ${min.toLocaleString("en-US")} and ${max.toLocaleString("en-US")}.`;
   }
   if (!errors.maxTokens && !errors.contextLength && settings.maxTokens > settings.contextLength)
     errors.maxTokens = "The maximum answer length cannot exceed the context length.";
-  if (!IMAGE_TOKEN_BUDGETS.includes(settings.imageTokenBudget as (typeof IMAGE_TOKEN_BUDGETS)[number]))
-    errors.imageTokenBudget = `Image detail must be one of ${IMAGE_TOKEN_BUDGETS.join(", ")}.`;
+  if (!limits.imageTokenBudgets.includes(settings.imageTokenBudget))
+    errors.imageTokenBudget = `Image detail must be one of ${limits.imageTokenBudgets.join(", ")}.`;
   return errors;
 }
 
@@ -55,10 +95,17 @@ export class SettingsDialog {
   private readonly formError = el("p", { class: "form-error", role: "alert", hidden: true });
   private readonly inputs = new Map<keyof Settings, HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement>();
   private readonly errors = new Map<keyof Settings, HTMLElement>();
-  private readonly saveButton = el("button", { type: "submit", class: "primary", "data-testid": "settings-save" }, "Save");
+  private readonly saveButton = el(
+    "button",
+    { type: "submit", class: "primary", "data-testid": "settings-save" },
+    "Save",
+  );
   private opener: HTMLElement | null = null;
 
-  constructor(private readonly handlers: SettingsDialogHandlers) {
+  constructor(
+    private readonly handlers: SettingsDialogHandlers,
+    private readonly limits: Value<SettingsLimits | null>,
+  ) {
     const cancel = el("button", { type: "button", "data-testid": "settings-cancel" }, "Cancel");
     cancel.addEventListener("click", () => this.close());
     this.form.append(
@@ -80,6 +127,8 @@ export class SettingsDialog {
       this.form,
     );
     this.element.addEventListener("close", () => this.opener?.focus());
+    this.showLimits(limits.get());
+    limits.subscribe((value) => this.showLimits(value));
   }
 
   get isOpen(): boolean {
@@ -133,7 +182,9 @@ export class SettingsDialog {
 
   private async submit(): Promise<void> {
     const settings = this.read();
-    const errors = validateSettings(settings);
+    const limits = this.limits.get();
+    // Without limits yet the backend's own check (the same limits) still refuses bad values.
+    const errors = limits ? validateSettings(settings, limits) : {};
     this.clearFieldErrors();
     const invalid = Object.keys(errors) as (keyof Settings)[];
     if (invalid.length > 0) {
@@ -173,7 +224,10 @@ export class SettingsDialog {
     this.inputs.get(key)?.setAttribute("aria-invalid", "true");
   }
 
-  private describe(key: keyof Settings, help: string): { helpId: string; helpEl: HTMLElement; errorEl: HTMLElement; errorId: string } {
+  private describe(
+    key: keyof Settings,
+    help: string,
+  ): { helpId: string; helpEl: HTMLElement; errorEl: HTMLElement; errorId: string } {
     const helpId = uniqueId(`help-${key}`);
     const errorId = uniqueId(`error-${key}`);
     const errorEl = el("p", { class: "field-error", id: errorId, hidden: true });
@@ -184,7 +238,13 @@ export class SettingsDialog {
   private textField(key: "systemPrompt", label: string, help: string): HTMLElement {
     const id = uniqueId(key);
     const { helpId, errorId, helpEl, errorEl } = this.describe(key, help);
-    const input = el("textarea", { id, name: key, rows: "4", "aria-describedby": `${helpId} ${errorId}`, "data-testid": `setting-${key}` });
+    const input = el("textarea", {
+      id,
+      name: key,
+      rows: "4",
+      "aria-describedby": `${helpId} ${errorId}`,
+      "data-testid": `setting-${key}`,
+    });
     this.inputs.set(key, input);
     return el("div", { class: "field wide" }, el("label", { for: id }, label), input, helpEl, errorEl);
   }
@@ -197,8 +257,6 @@ export class SettingsDialog {
       name: field.key,
       type: "number",
       inputmode: field.integer ? "numeric" : "decimal",
-      min: String(field.min),
-      max: String(field.max),
       step: String(field.step),
       "aria-describedby": `${helpId} ${errorId}`,
       "data-testid": `setting-${field.key}`,
@@ -209,8 +267,6 @@ export class SettingsDialog {
       const slider = el("input", {
         type: "range",
         class: "field-slider",
-        min: String(field.min),
-        max: String(field.max),
         step: String(field.step),
         "aria-label": field.label,
         tabindex: "-1",
@@ -225,6 +281,29 @@ export class SettingsDialog {
     return el("div", { class: "field" }, el("label", { for: id }, field.label), row, helpEl, errorEl);
   }
 
+  /** Puts the backend's limits on the fields: each number's range, the image budgets offered. */
+  private showLimits(limits: SettingsLimits | null): void {
+    if (!limits) return;
+    for (const field of NUMBER_FIELDS) {
+      const { min, max } = limits[field.key];
+      const input = this.inputs.get(field.key);
+      const slider = input?.parentElement?.querySelector(".field-slider");
+      for (const element of [input, slider]) {
+        element?.setAttribute("min", String(min));
+        element?.setAttribute("max", String(max));
+      }
+    }
+    const select = this.inputs.get("imageTokenBudget");
+    if (!(select instanceof HTMLSelectElement)) return;
+    const chosen = select.value;
+    select.replaceChildren(
+      ...limits.imageTokenBudgets.map((budget) =>
+        el("option", { value: String(budget) }, BUDGET_LABELS[budget] ?? String(budget)),
+      ),
+    );
+    if (chosen) select.value = chosen;
+  }
+
   private syncSlider(input: HTMLInputElement): void {
     const slider = input.parentElement?.querySelector<HTMLInputElement>(".field-slider");
     if (slider && input.value !== "") slider.value = input.value;
@@ -236,21 +315,36 @@ export class SettingsDialog {
       "imageTokenBudget",
       "Tokens per image. More sees finer detail but takes longer and fills the context sooner.",
     );
-    const labels: Record<number, string> = { 70: "70 — fastest", 140: "140", 280: "280 — balanced", 560: "560", 1120: "1120 — finest detail" };
-    const select = el(
-      "select",
-      { id, name: "imageTokenBudget", "aria-describedby": `${helpId} ${errorId}`, "data-testid": "setting-imageTokenBudget" },
-      ...IMAGE_TOKEN_BUDGETS.map((budget) => el("option", { value: String(budget) }, labels[budget] ?? String(budget))),
-    );
+    const select = el("select", {
+      id,
+      name: "imageTokenBudget",
+      "aria-describedby": `${helpId} ${errorId}`,
+      "data-testid": "setting-imageTokenBudget",
+    });
     this.inputs.set("imageTokenBudget", select);
     return el("div", { class: "field" }, el("label", { for: id }, "Image detail"), select, helpEl, errorEl);
   }
 
   private thinkingField(): HTMLElement {
     const id = uniqueId("thinking");
-    const { helpId, errorId, helpEl, errorEl } = this.describe("thinking", "Lets the model reason before answering; slower, often better on hard questions.");
-    const input = el("input", { id, name: "thinking", type: "checkbox", "aria-describedby": `${helpId} ${errorId}`, "data-testid": "setting-thinking" });
+    const { helpId, errorId, helpEl, errorEl } = this.describe(
+      "thinking",
+      "Lets the model reason before answering; slower, often better on hard questions.",
+    );
+    const input = el("input", {
+      id,
+      name: "thinking",
+      type: "checkbox",
+      "aria-describedby": `${helpId} ${errorId}`,
+      "data-testid": "setting-thinking",
+    });
     this.inputs.set("thinking", input);
-    return el("div", { class: "field checkbox" }, el("div", { class: "field-row" }, input, el("label", { for: id }, "Thinking")), helpEl, errorEl);
+    return el(
+      "div",
+      { class: "field checkbox" },
+      el("div", { class: "field-row" }, input, el("label", { for: id }, "Thinking")),
+      helpEl,
+      errorEl,
+    );
   }
 }

@@ -21,7 +21,11 @@ export interface SetupInfo {
 /** Download size shown before starting; the real total comes with the first progress event. */
 export const DOWNLOAD_LABEL = "Download Gemma 4 E4B (4-bit, ~5 GB)";
 
-export function setupView(state: Exclude<ModelState, { state: "ready" }>, info: SetupInfo, handlers: SetupHandlers): HTMLElement {
+export function setupView(
+  state: Exclude<ModelState, { state: "ready" }>,
+  info: SetupInfo,
+  handlers: SetupHandlers,
+): HTMLElement {
   switch (state.state) {
     case "loading":
       return loadingView(state.name, state.stage);
@@ -34,9 +38,17 @@ export function setupView(state: Exclude<ModelState, { state: "ready" }>, info: 
 }
 
 function firstRunView(failure: string | null, info: SetupInfo, handlers: SetupHandlers): HTMLElement {
-  const download = el("button", { type: "button", class: "primary large", "data-testid": "download", disabled: info.busy }, DOWNLOAD_LABEL);
+  const download = el(
+    "button",
+    { type: "button", class: "primary large", "data-testid": "download", disabled: info.busy },
+    DOWNLOAD_LABEL,
+  );
   download.addEventListener("click", () => handlers.download());
-  const choose = el("button", { type: "button", class: "large", "data-testid": "choose-folder", disabled: info.busy }, "Choose Folder…");
+  const choose = el(
+    "button",
+    { type: "button", class: "large", "data-testid": "choose-folder", disabled: info.busy },
+    "Choose Folder…",
+  );
   choose.addEventListener("click", () => handlers.chooseFolder());
   const problem = info.error ?? failure;
   return el(
@@ -55,7 +67,8 @@ function firstRunView(failure: string | null, info: SetupInfo, handlers: SetupHa
     el(
       "p",
       { class: "note" },
-      "The download comes from Hugging Face (mlx-community/gemma-4-e4b-it-4bit) and is checked file by file. A chosen folder must hold an MLX Gemma 4 E4B checkpoint: config.json, the tokenizer and .safetensors weights.",
+      "The download comes from Hugging Face (mlx-community/gemma-4-e4b-it-4bit) and is checked file by file. " +
+        "A chosen folder must hold an MLX Gemma 4 E4B checkpoint: config.json, the tokenizer and .safetensors weights.",
     ),
     el("h2", { class: "label", id: "models-dir-label" }, "Models folder"),
     el("code", { class: "path", id: "models-dir", "aria-labelledby": "models-dir-label" }, info.modelsDir),
@@ -72,7 +85,12 @@ function downloadingView(progress: DownloadProgress, handlers: SetupHandlers): H
   bar.setAttribute("aria-valuetext", `${percent}%`);
   return el(
     "section",
-    { class: "setup downloading", "data-testid": "first-run", "aria-labelledby": "download-title", "aria-busy": "true" },
+    {
+      class: "setup downloading",
+      "data-testid": "first-run",
+      "aria-labelledby": "download-title",
+      "aria-busy": "true",
+    },
     el("div", { class: "mark", "aria-hidden": "true" }, "G"),
     el("h1", { id: "download-title" }, "Downloading Gemma 4 E4B"),
     bar,
@@ -97,7 +115,12 @@ function downloadingView(progress: DownloadProgress, handlers: SetupHandlers): H
 function loadingView(name: string, stage: string): HTMLElement {
   return el(
     "section",
-    { class: "setup loading-model", "data-testid": "model-loading", "aria-labelledby": "loading-title", "aria-busy": "true" },
+    {
+      class: "setup loading-model",
+      "data-testid": "model-loading",
+      "aria-labelledby": "loading-title",
+      "aria-busy": "true",
+    },
     el("div", { class: "spinner", "aria-hidden": "true" }),
     el("h1", { id: "loading-title" }, `Loading ${name}…`),
     el("p", { class: "lede", role: "status" }, stage),

@@ -8,6 +8,7 @@ export interface SidebarHandlers {
   newChat(): void;
   open(conversationId: string, messageId?: string): void;
   rename(conversation: ConversationSummary, title: string): Promise<void>;
+  pin(conversation: ConversationSummary, pinned: boolean): void;
   delete(conversation: ConversationSummary): void;
   search(query: string): Promise<SearchHit[]>;
   openSettings(): void;
@@ -22,7 +23,7 @@ export class Sidebar {
   private readonly version = el("p", { class: "version" });
   private conversations: ConversationSummary[] = [];
   private activeId: string | null = null;
-  private generating = new Set<string>();
+  private generating: ReadonlySet<string> = new Set<string>();
   private query = "";
   private hits: SearchHit[] | null = null;
   private searchTimer: number | undefined;
@@ -30,7 +31,12 @@ export class Sidebar {
   private renamingId: string | null = null;
 
   constructor(private readonly handlers: SidebarHandlers) {
-    const newChat = el("button", { type: "button", class: "new-chat", "data-testid": "new-chat", title: "New Chat (⌘N)" }, icon("compose"), "New Chat");
+    const newChat = el(
+      "button",
+      { type: "button", class: "new-chat", "data-testid": "new-chat", title: "New Chat (⌘N)" },
+      icon("compose"),
+      "New Chat",
+    );
     newChat.addEventListener("click", () => handlers.newChat());
 
     this.searchInput = el("input", {
@@ -55,7 +61,12 @@ export class Sidebar {
     });
     this.list.addEventListener("keydown", (event) => this.onListKey(event));
 
-    const settings = el("button", { type: "button", class: "settings-button", "data-testid": "settings", title: "Settings (⌘,)" }, icon("settings"), "Settings");
+    const settings = el(
+      "button",
+      { type: "button", class: "settings-button", "data-testid": "settings", title: "Settings (⌘,)" },
+      icon("settings"),
+      "Settings",
+    );
     settings.addEventListener("click", () => handlers.openSettings());
 
     this.element = el(
@@ -90,7 +101,7 @@ export class Sidebar {
     }
   }
 
-  setGenerating(ids: Set<string>): void {
+  setGenerating(ids: ReadonlySet<string>): void {
     this.generating = ids;
     for (const item of this.list.querySelectorAll<HTMLElement>("[data-conversation-id]")) {
       const on = ids.has(item.dataset.conversationId ?? "");
@@ -144,13 +155,20 @@ export class Sidebar {
 
   /** Re-renders the list, keeping keyboard focus on the same chat and control. */
   private render(): void {
-    const focused = document.activeElement instanceof HTMLElement && this.list.contains(document.activeElement) ? document.activeElement : null;
+    const focused =
+      document.activeElement instanceof HTMLElement && this.list.contains(document.activeElement)
+        ? document.activeElement
+        : null;
     const focusedId = focused?.closest<HTMLElement>("[data-conversation-id]")?.dataset.conversationId;
     const focusedControl = focused?.dataset.testid ?? "item";
     this.renderList();
     if (!focusedId || this.renamingId !== null) return;
-    const item = [...this.list.querySelectorAll<HTMLElement>("[data-conversation-id]")].find((element) => element.dataset.conversationId === focusedId);
-    const control = item?.querySelector<HTMLElement>(focusedControl === "item" ? ".item-button" : `[data-testid="${focusedControl}"]`);
+    const item = [...this.list.querySelectorAll<HTMLElement>("[data-conversation-id]")].find(
+      (element) => element.dataset.conversationId === focusedId,
+    );
+    const control = item?.querySelector<HTMLElement>(
+      focusedControl === "item" ? ".item-button" : `[data-testid="${focusedControl}"]`,
+    );
     (control ?? item?.querySelector<HTMLElement>(".item-button"))?.focus();
   }
 
@@ -213,11 +231,23 @@ export class Sidebar {
     );
     open.addEventListener("click", () => this.handlers.open(conversation.id));
     open.addEventListener("dblclick", () => this.startRename(conversation));
-    const rename = iconButton(`Rename “${conversation.title}”`, icon("edit"), { class: "icon-button item-action", "data-testid": "rename" });
+    const pinned = conversation.pinned;
+    const pin = iconButton(`${pinned ? "Unpin" : "Pin"} “${conversation.title}”`, icon("pin"), {
+      class: ["icon-button item-action", pinned && "pinned"].filter(Boolean).join(" "),
+      "data-testid": "pin",
+    });
+    pin.addEventListener("click", () => this.handlers.pin(conversation, !pinned));
+    const rename = iconButton(`Rename “${conversation.title}”`, icon("edit"), {
+      class: "icon-button item-action",
+      "data-testid": "rename",
+    });
     rename.addEventListener("click", () => this.startRename(conversation));
-    const remove = iconButton(`Delete “${conversation.title}”`, icon("trash"), { class: "icon-button item-action", "data-testid": "delete" });
+    const remove = iconButton(`Delete “${conversation.title}”`, icon("trash"), {
+      class: "icon-button item-action",
+      "data-testid": "delete",
+    });
     remove.addEventListener("click", () => this.handlers.delete(conversation));
-    item.append(open, el("span", { class: "item-actions" }, rename, remove));
+    item.append(open, el("span", { class: "item-actions" }, pin, rename, remove));
     return item;
   }
 
@@ -250,7 +280,9 @@ export class Sidebar {
         try {
           await this.handlers.rename(conversation, title);
         } catch {
-          this.conversations = this.conversations.map((c) => (c.id === conversation.id ? { ...c, title: conversation.title } : c));
+          this.conversations = this.conversations.map((c) =>
+            c.id === conversation.id ? { ...c, title: conversation.title } : c,
+          );
           this.render();
         }
       } else {
@@ -290,13 +322,21 @@ export class Sidebar {
         hit.snippet.length > 0 && snippet,
       );
       button.addEventListener("click", () => this.handlers.open(hit.conversationId, hit.messageId ?? undefined));
-      return el("li", { class: "search-hit", "data-testid": "search-hit", "data-conversation-id": hit.conversationId }, button);
+      return el(
+        "li",
+        { class: "search-hit", "data-testid": "search-hit", "data-conversation-id": hit.conversationId },
+        button,
+      );
     });
     this.list.replaceChildren(
       el(
         "section",
         { class: "chat-group", "aria-labelledby": "search-results-heading" },
-        el("h2", { class: "sidebar-heading", id: "search-results-heading", role: "status" }, hits.length === 1 ? "1 result" : `${hits.length} results`),
+        el(
+          "h2",
+          { class: "sidebar-heading", id: "search-results-heading", role: "status" },
+          hits.length === 1 ? "1 result" : `${hits.length} results`,
+        ),
         el("ul", { role: "list" }, ...items),
       ),
     );

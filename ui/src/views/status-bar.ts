@@ -10,7 +10,12 @@ export class StatusBar {
   private readonly memory = el("span", { class: "status-memory", "data-testid": "memory" });
 
   constructor() {
-    this.element = el("footer", { class: "status-bar", "aria-label": "Status" }, el("span", { class: "status-left" }, this.dot, this.model), this.memory);
+    this.element = el(
+      "footer",
+      { class: "status-bar", "aria-label": "Status" },
+      el("span", { class: "status-left" }, this.dot, this.model),
+      this.memory,
+    );
     this.setModel({ state: "none" });
   }
 

@@ -1,0 +1,61 @@
+/** The window's state: small stores that commands and events change and the views follow. */
+import type {
+  AppStatus,
+  ConversationSummary,
+  Message,
+  ModelState,
+  PendingAttachment,
+  Settings,
+  SettingsLimits,
+} from "./api";
+import { sameMembers, Store, Value } from "./store";
+
+/** The conversation in the main area. */
+export interface OpenChat {
+  /** null: a new chat, not saved yet. */
+  id: string | null;
+  messages: Message[];
+  /** Its messages are still being read. */
+  loading: boolean;
+  /** Its title when it was opened or answered; the sidebar list's title, once there, wins. */
+  title: string | null;
+  /** Changes whenever the main area switches conversation; stale replies compare against it. */
+  serial: number;
+}
+
+/** The first-run screen's own state. */
+export interface SetupState {
+  /** A folder is being checked or a download being started. */
+  busy: boolean;
+  error: string | null;
+}
+
+/** The conversation (null: the new chat) that no longer fits, with the message to show. */
+export interface ContextFull {
+  conversationId: string | null;
+  message: string;
+}
+
+export function createState() {
+  return {
+    /** null until the backend answered (or when it could not start). */
+    status: new Value<AppStatus | null>(null),
+    model: new Value<ModelState>({ state: "none" }),
+    setup: new Store<SetupState>({ busy: false, error: null }),
+    /** null until read. */
+    settings: new Value<Settings | null>(null),
+    /** What each setting may be, as the backend enforces it; null until the status came. */
+    settingsLimits: new Value<SettingsLimits | null>(null),
+    conversations: new Value<ConversationSummary[]>([]),
+    chat: new Store<OpenChat>({ id: null, messages: [], loading: false, title: null, serial: 0 }),
+    /** A send, regenerate or edit command is on its way. */
+    sending: new Value(false),
+    /** Images attached in the composer, not sent yet. */
+    pending: new Value<PendingAttachment[]>([]),
+    /** Conversations with an answer being generated. */
+    generating: new Value<ReadonlySet<string>>(new Set(), sameMembers),
+    contextFull: new Value<ContextFull | null>(null),
+  };
+}
+
+export type AppState = ReturnType<typeof createState>;
