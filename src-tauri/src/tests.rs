@@ -585,6 +585,7 @@ fn a_message_holding_every_control_token_is_answered_and_kept_verbatim() {
         (messages[0].text.as_str(), messages[2].text.as_str()),
         (typed.as_str(), typed.as_str())
     );
+}
 
 #[test]
 fn a_pinned_chat_leads_the_list_and_stays_pinned_after_a_restart() {
