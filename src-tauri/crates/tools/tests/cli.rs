@@ -109,6 +109,9 @@ fn a_prompt_holding_every_control_token_is_answered_by_generate_and_chat() {
     assert!(!answers[1].contains(" 0 reused"), "{stderr}");
 }
 
+/// A change to a tokenizer_config.json.
+type Edit = fn(&mut serde_json::Map<String, Value>);
+
 /// A copy of the fixture with `edit` applied to its tokenizer_config.json.
 fn with_tokenizer_config(
     edit: impl FnOnce(&mut serde_json::Map<String, Value>),
@@ -127,7 +130,6 @@ fn with_tokenizer_config(
 
 #[test]
 fn tokenizer_configs_transformers_accepts_load_in_generate_and_chat() {
-    type Edit = fn(&mut serde_json::Map<String, Value>);
     let cases: [(&str, Edit); 5] = [
         ("boolean add_*_token switches", |c| {
             c.insert("add_bos_token".into(), json!(false));
@@ -179,7 +181,7 @@ fn tokenizer_configs_transformers_accepts_load_in_generate_and_chat() {
 
 #[test]
 fn a_damaged_tokenizer_config_is_refused_in_words_by_generate_and_chat() {
-    let cases: [(&str, fn(&mut serde_json::Map<String, Value>), &[&str]); 2] = [
+    let cases: [(&str, Edit, &[&str]); 2] = [
         (
             "bos_token a number",
             |c| drop(c.insert("bos_token".into(), json!(4))),
