@@ -4,7 +4,7 @@
 #   bench/cuda/pack.sh BENCH_BINARY OUT_DIR
 #
 # BENCH_BINARY is gemma-desk-bench built with MLX_FLAVOR=cuda (MLX_WHEEL_DIR=.deps/mlx-cuda-13).
-# libmlx.so is slimmed to its sm_90 kernels by the script $SLIM names (not part of this repository;
+# libmlx.so is slimmed to its sm_90 kernels by bench/cuda/slim_libmlx.py (or the script $SLIM names;
 # docs/BENCHMARK.md §6 says what it does: measurement only, the result runs on Hopper alone) and
 # xz-compressed; the reference's pure-Python wheels and the mlx bindings for CPython 3.12 come from PyPI.
 set -euo pipefail
@@ -12,7 +12,7 @@ BIN=$1
 OUT=$2
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WHEEL=$ROOT/.deps/mlx-cuda-13
-SLIM=${SLIM:-$ROOT/../shared/gpu/slim_libmlx.py}
+SLIM=${SLIM:-$ROOT/bench/cuda/slim_libmlx.py}
 mkdir -p "$OUT/whl"
 
 python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux_2_35_x86_64 \
