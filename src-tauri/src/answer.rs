@@ -70,7 +70,8 @@ impl AnswerRecorder {
             Event::Done {
                 generation_id,
                 usage,
-            } => self.on_done(generation_id, &usage),
+                ids,
+            } => self.on_done(generation_id, &usage, &ids),
             Event::Error {
                 generation_id,
                 error,
@@ -107,14 +108,19 @@ impl AnswerRecorder {
         });
     }
 
-    /// The answer ended: saved complete (or stopped, when the user stopped it), with its usage.
-    pub fn on_done(&mut self, generation_id: u64, usage: &Usage) {
+    /// The answer ended: saved complete (or stopped, when the user stopped it), with its usage
+    /// and the ids it generated (when all its text was saved: they must spell exactly it).
+    pub fn on_done(&mut self, generation_id: u64, usage: &Usage, ids: &[u32]) {
         let usage = stored_usage(usage);
         let status = match usage.stop_reason {
             chats::StopReason::Cancelled => MessageStatus::Stopped,
             _ => MessageStatus::Complete,
         };
-        if let Some(writer) = self.writer.take() {
+        if let Some(mut writer) = self.writer.take() {
+            // Only a speed-up for the next turn: an answer whose ids cannot be kept is still kept.
+            if writer.flush().is_ok() {
+                let _ = self.store.set_generated_ids(&self.message_id, ids);
+            }
             let _ = writer.finish(status, Some(&usage), None);
         }
         self.finished();
@@ -258,7 +264,7 @@ mod tests {
         s.recorder.on_delta(7, "Hel".into(), 1);
         s.recorder.on_delta(7, "lo".into(), 2);
         assert!(!s.finished.load(Ordering::SeqCst));
-        s.recorder.on_done(7, &usage(EngineStop::EndOfTurn));
+        s.recorder.on_done(7, &usage(EngineStop::EndOfTurn), &[]);
         assert!(s.finished.load(Ordering::SeqCst));
         let message = s.store.get_conversation(&s.conversation).unwrap().messages[0].clone();
         assert_eq!(
@@ -285,7 +291,7 @@ mod tests {
     fn a_stopped_answer_is_kept_marked_stopped() {
         let mut s = setup();
         s.recorder.on_delta(1, "part".into(), 1);
-        s.recorder.on_done(1, &usage(EngineStop::Cancelled));
+        s.recorder.on_done(1, &usage(EngineStop::Cancelled), &[]);
         let message = s.store.get_conversation(&s.conversation).unwrap().messages[0].clone();
         assert_eq!(
             (message.text.as_str(), message.status),
@@ -329,7 +335,7 @@ mod tests {
         for i in 0..200 {
             s.recorder.on_delta(5, "x".repeat(4096), i + 2);
         }
-        s.recorder.on_done(5, &usage(EngineStop::Cancelled));
+        s.recorder.on_done(5, &usage(EngineStop::Cancelled), &[]);
         let events = generation_events(&s.events);
         assert!(
             matches!(events.last(), Some(GenerationEvent::Done { .. })),

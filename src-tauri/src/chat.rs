@@ -375,7 +375,11 @@ fn engine_messages(
                 text: message.text.clone(),
             });
         }
-        messages.push(template::Message::new(role, parts));
+        let mut message_for_engine = template::Message::new(role, parts);
+        if let Some(ids) = &message.generated {
+            message_for_engine = message_for_engine.with_generated(ids.clone());
+        }
+        messages.push(message_for_engine);
     }
     (messages, attachments)
 }

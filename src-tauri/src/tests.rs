@@ -626,3 +626,52 @@ fn a_pinned_chat_leads_the_list_and_stays_pinned_after_a_restart() {
     let missing = Error::from(state.store.set_pinned("no-such-chat", true).unwrap_err());
     assert_eq!(missing.kind(), ErrorKind::NotFound);
 }
+
+#[test]
+fn a_follow_up_after_a_long_answer_reuses_the_whole_history() {
+    let h = Harness::with_model();
+    // Longer than the tiny model's sliding window (32) and its rewind slack together.
+    let settings = Settings {
+        max_tokens: 150,
+        temperature: 0.0,
+        ..Settings::default()
+    };
+    let sent = h.send("Count to twenty.", &settings).unwrap();
+    h.finish(sent.generation_id);
+    let id = sent.conversation.id.clone();
+    let answer = h.state.store.get_conversation(&id).unwrap().messages[1].clone();
+    let first = answer.usage.clone().unwrap();
+    assert_eq!(first.stop_reason, StopReason::MaxTokens, "{first:?}");
+    let ids = answer.generated.expect("the answer's token ids are kept");
+    assert_eq!(ids.len(), first.generated_tokens as usize);
+
+    let follow_up = h
+        .state
+        .chat
+        .send(
+            SendRequest {
+                conversation_id: Some(id.clone()),
+                text: "And backwards?".into(),
+                attachment_ids: vec![],
+            },
+            &settings,
+        )
+        .unwrap();
+    let events = h.finish(follow_up.generation_id);
+    let Some(GenerationEvent::Done { usage, .. }) = events.last() else {
+        panic!("{events:?}");
+    };
+    // Everything the model read in the first turn (its last id is sampled, never read).
+    let history = first.prompt_tokens + first.generated_tokens - 1;
+    assert_eq!(
+        usage.reused_tokens, history,
+        "the follow-up reused the whole history (a control id in the fixture's greedy answer \
+         would stop reuse there: pick another question if the fixture changed)"
+    );
+    // Prefilled: the answer's last id, the turn markers and the four-word question.
+    assert!(usage.prompt_tokens - usage.reused_tokens < 30, "{usage:?}");
+    // The ids survive a restart of the store: they are saved with the answer.
+    let reopened = chats::Store::open(&DataDir::new(h.data_dir.clone()).chats()).unwrap();
+    let again = reopened.get_conversation(&id).unwrap();
+    assert_eq!(again.messages[1].generated.as_deref(), Some(ids.as_slice()));
+}

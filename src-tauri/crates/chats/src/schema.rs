@@ -12,7 +12,11 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Migrations in order; the database's `PRAGMA user_version` counts how many have been applied.
 /// Append new steps, never edit shipped ones.
-pub(crate) const MIGRATIONS: &[&str] = &[V1_INITIAL];
+pub(crate) const MIGRATIONS: &[&str] = &[V1_INITIAL, V2_GENERATED_IDS];
+
+/// An answer's generated token ids (little-endian u32s), so that a follow-up reuses the cache
+/// over it; NULL for messages written before, by a person, or whose ids were not kept.
+const V2_GENERATED_IDS: &str = "ALTER TABLE messages ADD COLUMN generated BLOB;";
 
 const V1_INITIAL: &str = r#"
 CREATE TABLE conversations (

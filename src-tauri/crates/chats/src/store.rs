@@ -361,6 +361,24 @@ impl Store {
         })
     }
 
+    /// Keeps the token ids the model generated for a streaming answer (before it is
+    /// finished), so that the next turn can give the model exactly those ids again.
+    pub fn set_generated_ids(&self, message_id: &str, ids: &[u32]) -> Result<()> {
+        let bytes = ids_to_bytes(ids);
+        self.with("saving an answer's token ids", |inner| {
+            let updated = inner
+                .conn
+                .prepare_cached(
+                    "UPDATE messages SET generated = ?2 WHERE id = ?1 AND status = 'streaming'",
+                )?
+                .execute(params![message_id, bytes])?;
+            match updated {
+                0 => Err(not_streaming(&inner.conn, message_id)?),
+                _ => Ok(()),
+            }
+        })
+    }
+
     /// Ends a streaming answer with `status` (anything but `Streaming`), its usage and, for
     /// `Error`, what went wrong. Counts as activity in the conversation.
     pub fn finish_assistant_message(
@@ -476,11 +494,13 @@ fn insert_message(
         usage: None,
         created_at,
         attachments: Vec::new(),
+        generated: None,
     })
 }
 
 const MESSAGE_SELECT: &str =
-    "SELECT id, conversation_id, position, role, text, status, error, usage, created_at FROM messages";
+    "SELECT id, conversation_id, position, role, text, status, error, usage,
+        created_at, generated FROM messages";
 
 fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
     let usage: Option<String> = row.get(7)?;
@@ -496,7 +516,29 @@ fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
         usage: usage.and_then(|json| serde_json::from_str(&json).ok()),
         created_at: row.get(8)?,
         attachments: Vec::new(),
+        generated: row
+            .get::<_, Option<Vec<u8>>>(9)?
+            .and_then(|b| ids_from_bytes(&b)),
     })
+}
+
+/// Token ids as stored: little-endian u32s.
+fn ids_to_bytes(ids: &[u32]) -> Vec<u8> {
+    ids.iter().flat_map(|id| id.to_le_bytes()).collect()
+}
+
+/// Token ids from their stored bytes; `None` for bytes that cannot be ids (they are only ever
+/// a speed-up: the answer's text is what counts).
+fn ids_from_bytes(bytes: &[u8]) -> Option<Vec<u32>> {
+    if !bytes.len().is_multiple_of(4) {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    )
 }
 
 const SUMMARY_SELECT: &str = "SELECT c.id, c.title, c.model, c.pinned, c.created_at, c.updated_at,

@@ -114,6 +114,11 @@ pub struct Message {
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub created_at: i64,
     pub attachments: Vec<Attachment>,
+    /// For an answer: the token ids the model generated for it, when kept (the engine's
+    /// `Message::generated`). Not sent to the UI.
+    #[serde(skip)]
+    #[cfg_attr(feature = "ts", ts(skip))]
+    pub generated: Option<Vec<u32>>,
 }
 
 /// A file attached to a message.

@@ -7,7 +7,7 @@
 //! emits the difference against the previous decode of that window, holding text back
 //! while it ends in an incomplete character. The deltas concatenate to the full decode.
 
-use crate::tokenizer::{Result, Tokenizer};
+use crate::tokenizer::{Result, Tokenizer, CHANNEL_CLOSE, CHANNEL_OPEN};
 
 const REPLACEMENT: char = '\u{FFFD}';
 
@@ -69,6 +69,45 @@ impl<'a> Detokenizer<'a> {
     pub fn has_pending(&self) -> bool {
         self.ids.len() > self.read
     }
+}
+
+/// Which ids an answer shows as text: control ids are hidden, except the thought channel's
+/// markers (the UI shows the thinking they enclose apart, and the chat template strips it from
+/// the history by them).
+#[derive(Debug, Clone, Copy)]
+pub struct Shown {
+    channel: [Option<u32>; 2],
+}
+
+impl Shown {
+    /// The rule for `tokenizer`'s ids.
+    pub fn new(tokenizer: &Tokenizer) -> Self {
+        Self {
+            channel: [
+                tokenizer.token_id(CHANNEL_OPEN),
+                tokenizer.token_id(CHANNEL_CLOSE),
+            ],
+        }
+    }
+
+    /// Whether `id`'s text is shown.
+    pub fn shows(&self, tokenizer: &Tokenizer, id: u32) -> bool {
+        !tokenizer.is_special(id) || self.channel.contains(&Some(id))
+    }
+}
+
+/// The text an answer of `ids` streams (and the app saves): the shown ids through a
+/// [`Detokenizer`], deltas concatenated. Not always `decode(ids)`: bytes that form no
+/// character stream as they came.
+pub fn streamed_text(tokenizer: &Tokenizer, ids: &[u32]) -> Result<String> {
+    let shown = Shown::new(tokenizer);
+    let mut detok = Detokenizer::new(tokenizer, false);
+    let mut text = String::new();
+    for &id in ids.iter().filter(|&&id| shown.shows(tokenizer, id)) {
+        text.push_str(&detok.push(id)?.unwrap_or_default());
+    }
+    text.push_str(&detok.finish()?.unwrap_or_default());
+    Ok(text)
 }
 
 /// The part of `text` after `emitted`. Decoders seen in practice only ever extend the

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::detokenize::Detokenizer;
+use crate::detokenize::{Detokenizer, Shown};
 use crate::sampler::SamplerConfig;
 use crate::stream::{StreamEnd, TokenStream};
 use crate::tokenizer::{SpecialTokens, Tokenizer};
@@ -106,7 +106,8 @@ pub fn generate(
     let prefill = stream.prefill_stats();
     let decode_start = Instant::now();
     let mut first_token_at = None;
-    let mut detok = Detokenizer::new(tokenizer, true);
+    let shown = Shown::new(tokenizer);
+    let mut detok = Detokenizer::new(tokenizer, false);
     let mut generated = 0usize;
     let stop_reason = loop {
         let Some(token) = stream.next_token()? else {
@@ -121,7 +122,11 @@ pub fn generate(
         if specials.is_stop(token) {
             break StopReason::EndOfTurn;
         }
-        let text = detok.push(token)?.unwrap_or_default();
+        let text = if shown.shows(tokenizer, token) {
+            detok.push(token)?.unwrap_or_default()
+        } else {
+            String::new()
+        };
         on_delta(Delta {
             token: Some(token),
             text,

@@ -26,6 +26,16 @@ use crate::sampler::Sampler;
 pub struct Session {
     caches: Vec<KvCache>,
     tokens: Vec<u32>,
+    /// The sliding caches as they were when the last answer began (its prompt prefilled), so
+    /// that the next turn can return there even when the answer outran their rewind slack.
+    answer_start: Option<Mark>,
+}
+
+/// A point a session can return to: its token count, and a snapshot of each sliding cache
+/// there (`None` for full caches, which can always be trimmed back).
+struct Mark {
+    tokens: usize,
+    sliding: Vec<Option<KvCache>>,
 }
 
 impl Session {
@@ -34,6 +44,7 @@ impl Session {
         Self {
             caches: model.new_caches(),
             tokens: Vec::new(),
+            answer_start: None,
         }
     }
 
@@ -44,6 +55,10 @@ impl Session {
 
     /// Rewinds to the longest prefix shared with `prompt` that the caches can return to,
     /// keeping at least one prompt token to prefill. Returns how many tokens are reused.
+    ///
+    /// A sliding cache keeps only a little of what left its window, so going back over a long
+    /// answer (a thought the template drops from the history, an answer that re-tokenizes
+    /// differently) is done from the snapshot taken where that answer began.
     pub fn rewind_for(&mut self, model: &Model, prompt: &[u32]) -> usize {
         let common = self
             .tokens
@@ -52,16 +67,63 @@ impl Session {
             .take_while(|(a, b)| a == b)
             .count();
         let reuse = common.min(prompt.len().saturating_sub(1));
-        let drop = self.tokens.len() - reuse;
-        if self.caches.iter().all(|c| c.can_trim(drop))
-            && self.caches.iter_mut().all(|c| c.trim(drop).is_ok())
-        {
-            self.tokens.truncate(reuse);
-            reuse
-        } else {
-            *self = Session::new(model);
-            0
+        if self.trim_to(reuse) {
+            return reuse;
         }
+        if let Some(mark) = self.answer_start.take() {
+            if mark.tokens <= self.tokens.len() {
+                let back = self.tokens.len() - mark.tokens;
+                let restored =
+                    self.caches.iter_mut().zip(mark.sliding).all(
+                        |(cache, snapshot)| match snapshot {
+                            Some(snapshot) => {
+                                *cache = snapshot;
+                                true
+                            }
+                            None => cache.trim(back).is_ok(),
+                        },
+                    );
+                if restored {
+                    self.tokens.truncate(mark.tokens);
+                    let reuse = reuse.min(mark.tokens);
+                    if self.trim_to(reuse) {
+                        return reuse;
+                    }
+                }
+            }
+        }
+        *self = Session::new(model);
+        0
+    }
+
+    /// Drops the tokens after the first `keep`, if every cache can; false if not (nothing is
+    /// changed then).
+    fn trim_to(&mut self, keep: usize) -> bool {
+        let drop = self.tokens.len().saturating_sub(keep);
+        if !self.caches.iter().all(|c| c.can_trim(drop)) {
+            return false;
+        }
+        if !self.caches.iter_mut().all(|c| c.trim(drop).is_ok()) {
+            return false;
+        }
+        self.tokens.truncate(keep);
+        if self.answer_start.as_ref().is_some_and(|m| m.tokens > keep) {
+            self.answer_start = None;
+        }
+        true
+    }
+
+    /// Remembers this point as where an answer begins (see [`Self::rewind_for`]).
+    fn mark_answer_start(&mut self) {
+        let sliding = self
+            .caches
+            .iter()
+            .map(|c| matches!(c, KvCache::Sliding { .. }).then(|| c.clone()))
+            .collect();
+        self.answer_start = Some(Mark {
+            tokens: self.tokens.len(),
+            sliding,
+        });
     }
 }
 
@@ -202,6 +264,7 @@ impl<'a> TokenStream<'a> {
             stream.end = Some(StreamEnd::Cancelled);
             return Ok(stream);
         };
+        stream.session.mark_answer_start();
         if options.sampler.repetition_penalty.is_some() {
             let tokens = &stream.session.tokens;
             let window = options.sampler.repetition_window;

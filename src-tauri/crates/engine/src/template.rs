@@ -12,7 +12,8 @@ use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
 use serde::Serialize;
 
 use crate::checkpoint::{TEMPLATE_FILE, TOKENIZER_CONFIG_FILE};
-use crate::tokenizer::{SpecialTokens, Tokenizer, CHANNEL_CLOSE, CHANNEL_OPEN};
+use crate::detokenize::streamed_text;
+use crate::tokenizer::{splice_mark, SpecialTokens, Tokenizer, CHANNEL_CLOSE, CHANNEL_OPEN};
 
 mod tojson;
 
@@ -158,20 +159,32 @@ pub struct Message {
     pub role: Role,
     /// What it holds, in order.
     pub content: Vec<Part>,
+    /// For an answer: the ids the model generated for its text (thinking included, the
+    /// end-of-turn id not), when known. The prompt then holds these ids for the answer
+    /// instead of its text re-tokenized, so a follow-up reuses the cache over the whole
+    /// history (see [`ChatTemplate::prompt_ids`]). Never serialized to the template.
+    pub generated: Option<Vec<u32>>,
 }
 
 impl Message {
     /// A message holding only text.
     pub fn text(role: Role, text: impl Into<String>) -> Self {
-        Self {
-            role,
-            content: vec![Part::Text { text: text.into() }],
-        }
+        Self::new(role, vec![Part::Text { text: text.into() }])
     }
 
     /// A message of several parts.
     pub fn new(role: Role, content: Vec<Part>) -> Self {
-        Self { role, content }
+        Self {
+            role,
+            content,
+            generated: None,
+        }
+    }
+
+    /// This answer, with the ids the model generated for it.
+    pub fn with_generated(mut self, ids: Vec<u32>) -> Self {
+        self.generated = Some(ids);
+        self
     }
 }
 
@@ -366,6 +379,15 @@ impl ChatTemplate {
     /// pasted `<|image|>` asks for an image that is not there.) The thinking markers in an
     /// earlier answer stay markers: the template strips the thinking they enclose. Prompts
     /// without such text encode exactly as `tokenizer.encode(&self.render(…))`.
+    ///
+    /// An answer that carries its [`Message::generated`] ids is written as those ids (its
+    /// visible part: what follows the thinking, whitespace at the ends dropped as the template
+    /// trims it) instead of its text re-tokenized — a sampled answer rarely re-tokenizes to
+    /// the ids sampled, and every difference is history the next turn would prefill again.
+    /// Only where it changes nothing else: the ids stream to exactly the message's text, their
+    /// visible part holds no control id, and the template writes exactly the visible part's
+    /// text for the ids' full text (checked by rendering both ways); otherwise the text is
+    /// encoded as usual.
     pub fn prompt_ids(
         &self,
         tokenizer: &Tokenizer,
@@ -377,11 +399,13 @@ impl ChatTemplate {
             .filter_map(|t| tokenizer.token_id(t))
             .collect();
         let mut marked = Vec::with_capacity(messages.len());
-        for message in messages {
-            let keep: &[u32] = match message.role {
-                Role::Assistant => &thinking_markers,
-                Role::System | Role::User => &[],
-            };
+        // The same messages with each usable answer replaced by a splice mark, and by the full
+        // decode of its ids (what the splice must stand for); each mark's expected text
+        // (marked like the rest) and ids.
+        let mut with_splices = Vec::with_capacity(messages.len());
+        let mut decoded = Vec::with_capacity(messages.len());
+        let mut splices: Vec<(String, String, Vec<u32>)> = Vec::new();
+        let mark_message = |message: &Message, keep: &[u32]| -> Result<Message> {
             let mut content = Vec::with_capacity(message.content.len());
             for part in &message.content {
                 content.push(match part {
@@ -391,11 +415,89 @@ impl ChatTemplate {
                     Part::Image => Part::Image,
                 });
             }
-            marked.push(Message::new(message.role, content));
+            Ok(Message::new(message.role, content))
+        };
+        for message in messages {
+            let keep: &[u32] = match message.role {
+                Role::Assistant => &thinking_markers,
+                Role::System | Role::User => &[],
+            };
+            let marked_message = mark_message(message, keep)?;
+            match answer_ids(tokenizer, message)? {
+                Some((all, visible)) => {
+                    let full = Message::text(message.role, tokenizer.decode(&all, false)?);
+                    decoded.push(mark_message(&full, keep)?);
+                    let text = tokenizer.decode(&visible, false)?;
+                    let expected = tokenizer.mark_special_text(&text, keep)?.into_owned();
+                    let mark = splice_mark(splices.len());
+                    with_splices.push(Message::text(message.role, mark.clone()));
+                    splices.push((mark, expected, visible));
+                }
+                None => {
+                    with_splices.push(marked_message.clone());
+                    decoded.push(marked_message.clone());
+                }
+            }
+            marked.push(marked_message);
         }
         let text = self.render(&marked, options)?;
+        if !splices.is_empty() {
+            let spliced = self.render(&with_splices, options)?;
+            let mut check = spliced.clone();
+            for (mark, expected, _) in &splices {
+                check = check.replace(mark.as_str(), expected);
+            }
+            if check == self.render(&decoded, options)? {
+                let ids: Vec<Vec<u32>> = splices.into_iter().map(|(_, _, ids)| ids).collect();
+                return Ok(tokenizer.encode_spliced(&spliced, &ids)?);
+            }
+        }
         Ok(tokenizer.encode_marked(&text)?)
     }
+}
+
+/// An answer's generated ids and those of its visible text, when they can stand for its text
+/// in a prompt: the answer streamed exactly its (single) text part from them; the thinking
+/// before the last `<channel|>` (or an unfinished thought from a lone `<|channel>`) and
+/// whitespace-only ids at the ends are dropped, as the template drops their text; no control
+/// id remains.
+fn answer_ids(tokenizer: &Tokenizer, message: &Message) -> Result<Option<(Vec<u32>, Vec<u32>)>> {
+    let (Role::Assistant, Some(ids), [Part::Text { text }]) =
+        (message.role, &message.generated, message.content.as_slice())
+    else {
+        return Ok(None);
+    };
+    if streamed_text(tokenizer, ids)? != *text {
+        return Ok(None);
+    }
+    let mut visible: &[u32] = ids;
+    if let Some(close) = tokenizer.token_id(CHANNEL_CLOSE) {
+        if let Some(at) = visible.iter().rposition(|&id| id == close) {
+            visible = &visible[at + 1..];
+        }
+    }
+    if let Some(open) = tokenizer.token_id(CHANNEL_OPEN) {
+        if let Some(at) = visible.iter().position(|&id| id == open) {
+            visible = &visible[..at];
+        }
+    }
+    let blank = |id: u32| -> Result<bool> { Ok(tokenizer.decode(&[id], false)?.trim().is_empty()) };
+    while let Some((&first, rest)) = visible.split_first() {
+        if !blank(first)? {
+            break;
+        }
+        visible = rest;
+    }
+    while let Some((&last, rest)) = visible.split_last() {
+        if !blank(last)? {
+            break;
+        }
+        visible = rest;
+    }
+    if visible.iter().any(|&id| tokenizer.is_special(id)) {
+        return Ok(None);
+    }
+    Ok(Some((ids.clone(), visible.to_vec())))
 }
 
 /// An environment that behaves like the one transformers builds for chat templates:

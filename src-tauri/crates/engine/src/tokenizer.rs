@@ -132,6 +132,15 @@ pub struct Tokenizer {
 /// person sends may carry (they are replaced before marking).
 const MARK_OPEN: char = '\u{FDD0}';
 const MARK_CLOSE: char = '\u{FDD1}';
+/// Brackets the index of an id sequence spliced verbatim into rendered text (see
+/// [`Tokenizer::encode_spliced`]); noncharacters too, so no text can forge one.
+const SPLICE_OPEN: char = '\u{FDD2}';
+const SPLICE_CLOSE: char = '\u{FDD3}';
+
+/// The mark that [`Tokenizer::encode_spliced`] replaces with its `k`-th id sequence.
+pub(crate) fn splice_mark(k: usize) -> String {
+    format!("{SPLICE_OPEN}{k}{SPLICE_CLOSE}")
+}
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -283,33 +292,61 @@ impl Tokenizer {
     /// text a person wrote: each mark becomes that text's ordinary ids; everything else is
     /// encoded as [`Self::encode`] does (which is what happens when nothing was marked).
     pub fn encode_marked(&self, text: &str) -> Result<Vec<u32>> {
-        if !text.contains(MARK_OPEN) {
+        self.encode_spliced(text, &[])
+    }
+
+    /// [`Self::encode_marked`], where each [`splice_mark`]`(k)` in `text` stands for
+    /// `spliced[k]`, written verbatim (the ids a model generated for an earlier answer, so that
+    /// the follow-up's prompt holds exactly the tokens the cache holds).
+    pub(crate) fn encode_spliced(&self, text: &str, spliced: &[Vec<u32>]) -> Result<Vec<u32>> {
+        let is_open = |c: char| c == MARK_OPEN || c == SPLICE_OPEN;
+        if !text.contains(is_open) {
             return self.encode(text);
         }
         let mut ids = Vec::new();
         let mut rest = text;
-        while let Some(open) = rest.find(MARK_OPEN) {
-            let after = &rest[open + MARK_OPEN.len_utf8()..];
-            let marked = after.find(MARK_CLOSE).and_then(|close| {
-                let id: u32 = after[..close].parse().ok()?;
-                Some((self.literal.get(&id)?, close))
+        while let Some(open) = rest.find(is_open) {
+            let opener = if rest[open..].starts_with(MARK_OPEN) {
+                MARK_OPEN
+            } else {
+                SPLICE_OPEN
+            };
+            let after = &rest[open + opener.len_utf8()..];
+            let closer = if opener == MARK_OPEN {
+                MARK_CLOSE
+            } else {
+                SPLICE_CLOSE
+            };
+            let marked = after.find(closer).and_then(|close| {
+                let n: usize = after[..close].parse().ok()?;
+                let found = if opener == MARK_OPEN {
+                    self.literal.get(&u32::try_from(n).ok()?)?
+                } else {
+                    spliced.get(n)?
+                };
+                Some((found, close))
             });
-            let Some((literal, close)) = marked else {
+            let Some((found, close)) = marked else {
                 // Not one of ours (it cannot be: noncharacters were replaced); keep it as text.
-                ids.extend(self.encode(&rest[..open + MARK_OPEN.len_utf8()])?);
+                ids.extend(self.encode(&rest[..open + opener.len_utf8()])?);
                 rest = after;
                 continue;
             };
             if open > 0 {
                 ids.extend(self.encode(&rest[..open])?);
             }
-            ids.extend_from_slice(literal);
-            rest = &after[close + MARK_CLOSE.len_utf8()..];
+            ids.extend_from_slice(found);
+            rest = &after[close + closer.len_utf8()..];
         }
         if !rest.is_empty() {
             ids.extend(self.encode(rest)?);
         }
         Ok(ids)
+    }
+
+    /// Whether `id` is a special (control) token: `<bos>`, `<|turn>`, `<|image|>`, …
+    pub fn is_special(&self, id: u32) -> bool {
+        self.literal.contains_key(&id)
     }
 
     /// Decodes ids to text; `skip_special` drops control tokens (`<bos>`, `<|turn>`, …).

@@ -254,6 +254,9 @@ pub enum Event {
     Done {
         generation_id: u64,
         usage: Usage,
+        /// Every id the answer generated (the end-of-turn id not): kept with the answer, they
+        /// let the next turn reuse the cache over it (see [`Message::generated`]).
+        ids: Vec<u32>,
     },
     /// The generation failed; nothing more comes for it.
     Error {
@@ -477,9 +480,10 @@ fn run(
                     &mut events,
                 );
                 match result {
-                    Ok(usage) => events(Event::Done {
+                    Ok((usage, ids)) => events(Event::Done {
                         generation_id: id,
                         usage,
+                        ids,
                     }),
                     Err(error) => events(Event::Error {
                         generation_id: id,
@@ -501,7 +505,7 @@ fn answer(
     request: &ChatRequest,
     cancel: &AtomicBool,
     events: &mut Box<dyn FnMut(Event) + Send>,
-) -> Result<Usage, EngineError> {
+) -> Result<(Usage, Vec<u32>), EngineError> {
     let m = loaded.ok_or(EngineError::NoModel)?;
     let prompt = m.prompt(&request.messages, request.thinking, &request.images)?;
     let mut current = match session.take() {
@@ -509,8 +513,10 @@ fn answer(
         _ => Session::new(&m.model),
     };
     let mut count = 0;
+    let mut ids = Vec::new();
     let result = m.generate(&mut current, &prompt, &request.options, cancel, |d| {
         count += 1;
+        ids.extend(d.token);
         events(Event::Delta {
             generation_id: id,
             delta: d.text,
@@ -518,7 +524,7 @@ fn answer(
         });
     });
     *session = Some((request.conversation.clone(), current));
-    result
+    result.map(|usage| (usage, ids))
 }
 
 #[cfg(test)]

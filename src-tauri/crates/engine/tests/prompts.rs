@@ -486,3 +486,70 @@ fn every_special_token_typed_in_a_message_is_answered_and_stays_text() {
         }
     }
 }
+
+/// The ids of `text` spelled one character at a time: a valid tokenization that a sampled
+/// answer may well have, and never the one encoding the text gives.
+fn spelled(m: &LoadedModel, text: &str) -> Vec<u32> {
+    text.chars()
+        .flat_map(|c| m.tokenizer.encode(&c.to_string()).unwrap())
+        .collect()
+}
+
+fn contains(haystack: &[u32], needle: &[u32]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn an_answer_with_its_generated_ids_is_written_as_those_ids() {
+    let m = load();
+    let reply = "Flour, water and salt.";
+    let ids = spelled(&m, reply);
+    assert_ne!(ids, m.tokenizer.encode(reply).unwrap());
+    let chat = |answer: Message| {
+        let messages = [
+            Message::text(Role::User, "Bread?"),
+            answer,
+            Message::text(Role::User, "And then?"),
+        ];
+        m.prompt(&messages, false, &[]).unwrap().ids
+    };
+    let as_text = chat(Message::text(Role::Assistant, reply));
+    let as_generated = chat(Message::text(Role::Assistant, reply).with_generated(ids.clone()));
+    assert!(
+        contains(&as_generated, &ids),
+        "the sampled ids are in the prompt"
+    );
+    assert!(!contains(&as_text, &ids));
+    // Everything else is what the template writes: the text between the same turns.
+    let turn_end = m.tokenizer.token_id("<turn|>").unwrap();
+    let tail = |ids: &[u32]| ids[ids.iter().rposition(|&t| t == turn_end).unwrap()..].to_vec();
+    assert_eq!(tail(&as_text), tail(&as_generated));
+
+    // A thought before the answer is dropped, as the template drops its text.
+    let open = m.tokenizer.token_id(CHANNEL_OPEN).unwrap();
+    let close = m.tokenizer.token_id(CHANNEL_CLOSE).unwrap();
+    let thought = spelled(&m, "thought\nsalt first");
+    let mut with_thought = vec![open];
+    with_thought.extend(&thought);
+    with_thought.push(close);
+    with_thought.extend(&ids);
+    let text = m.tokenizer.decode(&with_thought, false).unwrap();
+    let prompt = chat(Message::text(Role::Assistant, text).with_generated(with_thought));
+    assert!(contains(&prompt, &ids));
+    assert!(!contains(&prompt, &thought) && !prompt.contains(&open));
+
+    // Ids that do not spell the text, or that hold a control id (hidden from the text), are
+    // not used: the text is encoded as usual.
+    let other = chat(Message::text(Role::Assistant, reply).with_generated(spelled(&m, "Rye.")));
+    assert_eq!(other, as_text);
+    let image = m.tokenizer.token_id("<|image|>").unwrap();
+    let mut hidden = ids.clone();
+    hidden.insert(3, image);
+    let shown = m.tokenizer.decode(&hidden, false).unwrap();
+    let prompt = chat(Message::text(Role::Assistant, shown.clone()).with_generated(hidden));
+    assert_eq!(prompt, chat(Message::text(Role::Assistant, shown)));
+    assert!(
+        !prompt.contains(&image),
+        "a control id of an answer never reaches the prompt"
+    );
+}

@@ -297,17 +297,20 @@ fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<(
         messages.push(Message::text(Role::User, line.trim()));
         let prompt = m.prompt(&messages, sampling.thinking, &[])?;
         let mut answer = String::new();
+        let mut ids = Vec::new();
         let usage = m.generate(&mut session, &prompt, &options, &cancel, |d| {
             print!("{}", d.text);
             let _ = std::io::stdout().flush();
             answer.push_str(&d.text);
+            ids.extend(d.token);
         })?;
         println!();
         eprintln!(
             "[{:.1} tok/s, {} reused prompt tokens]",
             usage.decode_tokens_per_second, usage.reused_tokens
         );
-        messages.push(Message::text(Role::Assistant, answer));
+        // With the ids it generated, so that the next turn reuses the cache over this answer.
+        messages.push(Message::text(Role::Assistant, answer).with_generated(ids));
     }
 }
 
