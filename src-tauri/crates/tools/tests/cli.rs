@@ -211,3 +211,95 @@ fn a_damaged_tokenizer_config_is_refused_in_words_by_generate_and_chat() {
         }
     }
 }
+
+/// What a running child has written so far to one of its pipes.
+fn collect(pipe: impl std::io::Read + Send + 'static) -> std::sync::Arc<std::sync::Mutex<String>> {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let writer = seen.clone();
+    std::thread::spawn(move || {
+        let mut pipe = pipe;
+        let mut buf = [0u8; 256];
+        while let Ok(n) = std::io::Read::read(&mut pipe, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            writer
+                .lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    seen
+}
+
+/// Waits (up to a minute) until `seen` satisfies `done`.
+fn wait_for(seen: &std::sync::Mutex<String>, what: &str, done: impl Fn(&str) -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done(&seen.lock().unwrap()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited a minute for {what}; so far: {}",
+            seen.lock().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Ctrl+C as the terminal sends it: SIGINT to the process.
+fn interrupt(child: &std::process::Child) {
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn ctrl_c_stops_the_answer_not_the_chat_and_ctrl_d_leaves_cleanly() {
+    let model = fixture();
+    // A greedy answer of the tiny model that runs on for hundreds of tokens.
+    let mut child = Command::new(CLI)
+        .args(["chat", "--model", model.to_str().unwrap()])
+        .args(["--max-tokens", "600", "--temperature", "0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = collect(child.stdout.take().unwrap());
+    let stderr = collect(child.stderr.take().unwrap());
+    wait_for(&stderr, "the banner", |e| e.contains("Ctrl+D or /bye leaves"));
+
+    // An empty line asks again; it does not end the chat.
+    stdin.write_all(b"\nCount to twenty.\n").unwrap();
+    wait_for(&stdout, "the answer to start", |o| o.len() > 8);
+    interrupt(&child);
+    wait_for(&stderr, "the answer to stop", |e| e.contains("[stopped;"));
+
+    // The chat goes on, and the next question reuses the history, stopped answer included.
+    stdin.write_all(b"And backwards?\n").unwrap();
+    let shown = stdout.lock().unwrap().len();
+    wait_for(&stdout, "the second answer", |o| o.len() > shown + 8);
+    interrupt(&child);
+    wait_for(&stderr, "the second answer to stop", |e| {
+        e.matches("[stopped;").count() == 2
+    });
+    let reused: Vec<usize> = stderr
+        .lock()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(" reused prompt tokens").next()?.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert!(reused.len() == 2 && reused[1] > 19, "{reused:?}");
+
+    // At the prompt, Ctrl+C says how to leave; Ctrl+D leaves, the shell's prompt on a new line.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    interrupt(&child);
+    wait_for(&stderr, "the hint", |e| e.contains("\n(Ctrl+D or /bye leaves)\n"));
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(stderr.lock().unwrap().ends_with("> \n"));
+}

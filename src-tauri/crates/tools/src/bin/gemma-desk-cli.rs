@@ -2,13 +2,13 @@
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::sync::Arc;
 
-use engine::generate::GenerateOptions;
+use engine::generate::{GenerateOptions, StopReason};
 use engine::image::{preprocess_path, SoftTokenBudget};
 use engine::media::FeatureCache;
 use engine::sampler::SamplerConfig;
@@ -279,6 +279,9 @@ fn generate_once(
     Ok(())
 }
 
+/// An interactive chat, as `ollama run`: Ctrl+C stops the answer being written (it is kept, and
+/// the chat goes on); at the prompt it says how to leave; Ctrl+D or `/bye` leaves; an empty line
+/// asks again.
 fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<()> {
     let (m, options) = load_chat(dir, sampling)?;
     let mut messages: Vec<Message> = system
@@ -286,30 +289,65 @@ fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<(
         .map(|s| Message::text(Role::System, s))
         .collect();
     let mut session = Session::new(&m.model);
-    let cancel = AtomicBool::new(false);
+    let cancel = Arc::new(AtomicBool::new(false));
+    let answering = Arc::new(AtomicBool::new(false));
+    {
+        let (cancel, answering) = (cancel.clone(), answering.clone());
+        ctrlc::set_handler(move || {
+            if answering.load(Ordering::SeqCst) {
+                cancel.store(true, Ordering::SeqCst);
+            } else {
+                eprint!("\n(Ctrl+D or /bye leaves)\n> ");
+            }
+        })
+        .context("installing the Ctrl+C handler")?;
+    }
+    eprintln!(
+        "Chatting with {}. Ctrl+C stops an answer; Ctrl+D or /bye leaves.",
+        dir.display()
+    );
     let stdin = std::io::stdin();
     loop {
         eprint!("> ");
         let mut line = String::new();
-        if stdin.lock().read_line(&mut line)? == 0 || line.trim().is_empty() {
+        if stdin.lock().read_line(&mut line)? == 0 {
+            // Ctrl+D: leave the shell's prompt on a line of its own.
+            eprintln!();
             return Ok(());
         }
-        messages.push(Message::text(Role::User, line.trim()));
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if line == "/bye" {
+            return Ok(());
+        }
+        messages.push(Message::text(Role::User, line));
         let prompt = m.prompt(&messages, sampling.thinking, &[])?;
         let mut answer = String::new();
         let mut ids = Vec::new();
+        cancel.store(false, Ordering::SeqCst);
+        answering.store(true, Ordering::SeqCst);
         let usage = m.generate(&mut session, &prompt, &options, &cancel, |d| {
             print!("{}", d.text);
             let _ = std::io::stdout().flush();
             answer.push_str(&d.text);
             ids.extend(d.token);
-        })?;
+        });
+        answering.store(false, Ordering::SeqCst);
+        let usage = usage?;
         println!();
+        let stopped = if usage.stop_reason == StopReason::Cancelled {
+            "stopped; "
+        } else {
+            ""
+        };
         eprintln!(
-            "[{:.1} tok/s, {} reused prompt tokens]",
+            "[{stopped}{:.1} tok/s, {} reused prompt tokens]",
             usage.decode_tokens_per_second, usage.reused_tokens
         );
         // With the ids it generated, so that the next turn reuses the cache over this answer.
+        // A stopped answer is kept too: the next question follows what was shown.
         messages.push(Message::text(Role::Assistant, answer).with_generated(ids));
     }
 }
