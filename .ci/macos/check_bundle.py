@@ -90,7 +90,7 @@ class Check:
                 continue
             path = self.resolve(entry)
             if not path.is_file():
-                hint = "" if path.parent.is_dir() else " (no macOS wheel? `make macos-deps`)"
+                hint = "" if path.parent.is_dir() else " (nor does its folder: `make macos-deps`?)"
                 self.problem(f"{where}: {path} does not exist{hint}")
                 continue
             try:
@@ -123,16 +123,19 @@ class Check:
     def files(self, entries: dict[str, str], frameworks: dict[str, Path]) -> None:
         placed: dict[str, Path] = {}
         for dest, source in entries.items():
-            where = f"bundle.macOS.files entry {dest!r}"
             path = self.resolve(source)
-            if not path.is_file():
-                self.problem(f"{where}: {source!r} resolves to {path}, which does not exist")
-                continue
             placed[dest] = path
+            if not path.is_file():
+                self.problem(
+                    f"bundle.macOS.files entry {dest!r}: {source!r} resolves to {path}, which "
+                    "does not exist"
+                )
         for name, lib in frameworks.items():
             if name != "libmlx.dylib":
                 continue
             metallib = placed.get("Frameworks/mlx.metallib")
+            if metallib is not None and not metallib.is_file():
+                continue  # reported above
             if metallib is None:
                 self.problem(
                     "libmlx.dylib is bundled but bundle.macOS.files has no 'Frameworks/mlx.metallib' "
