@@ -1,7 +1,8 @@
 # The environment for building the workspace for aarch64-apple-darwin on a non-Mac (make check-macos).
-# Source it from bash: `. .ci/macos/env.sh` then `cargo check --target aarch64-apple-darwin`.
+# Source it from bash, in a subshell: `(. .ci/macos/env.sh && cargo check --target aarch64-apple-darwin)`.
 # Needs what `make macos-deps` installs: the rust target, zig in .deps/zig, the wheel in .deps/mlx-metal.
-# Every variable is per target (or ours), so host builds (build scripts, proc macros) are untouched.
+# Host builds (build scripts, proc macros) are untouched: the tool variables name the target, and
+# the rest matter only to Apple targets or to target/macos.
 
 macos_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 macos_root=$(cd "$macos_dir/../.." && pwd)
