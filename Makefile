@@ -127,6 +127,41 @@ lint: ui
 	cargo clippy --workspace --all-targets -- -D warnings
 	cd ui && npm run lint
 
+# ---------------------------------------------------------------- the Mac, checked from anywhere
+# `make check-macos` (CI, after `make test`): the bundle config against the macOS wheel, the workspace
+# checked and clippy-clean for aarch64-apple-darwin, the CLI linked into a Mach-O arm64 executable
+# (docs/MACOS.md). zig from PyPI compiles and links for macOS; .ci/macos/env.sh sets it all up.
+MACOS_TARGET := aarch64-apple-darwin
+MACOS_WHEEL_DIR := $(DEPS)/mlx-metal
+ZIG_VERSION := 0.15.2
+MACOS_ENV := . .ci/macos/env.sh &&
+
+.PHONY: check-macos macos-deps
+macos-deps: system-deps $(MACOS_WHEEL_DIR)/.installed $(DEPS)/zig/.installed-$(ZIG_VERSION)
+	@rustup target list --installed | grep -qx $(MACOS_TARGET) || rustup target add $(MACOS_TARGET)
+
+# On a Mac with the default flavour this is the `mlx-wheel` rule's folder already.
+ifneq ($(MLX_WHEEL_DIR),$(MACOS_WHEEL_DIR))
+$(MACOS_WHEEL_DIR)/.installed:
+	rm -rf $(MACOS_WHEEL_DIR)
+	$(PYTHON) -m pip install -q --disable-pip-version-check --no-deps --only-binary=:all: \
+	  --platform macosx_14_0_arm64 --target $(MACOS_WHEEL_DIR) mlx-metal==$(MLX_VERSION)
+	touch $@
+endif
+
+$(DEPS)/zig/.installed-$(ZIG_VERSION):
+	rm -rf $(DEPS)/zig
+	$(PYTHON) -m pip install -q --disable-pip-version-check --target $(DEPS)/zig ziglang==$(ZIG_VERSION)
+	touch $@
+
+check-macos: macos-deps ui
+	$(PYTHON) .ci/macos/check_bundle.py src-tauri/tauri.conf.json
+	$(MACOS_ENV) cargo check --target $(MACOS_TARGET) --workspace --all-targets
+	$(MACOS_ENV) cargo clippy --target $(MACOS_TARGET) --workspace --all-targets -- -D warnings
+	$(MACOS_ENV) cargo build --target $(MACOS_TARGET) -p tools --bin gemma-desk-cli
+	file target/macos/$(MACOS_TARGET)/debug/gemma-desk-cli
+	$(PYTHON) .ci/macos/check_link.py target/macos $(MACOS_WHEEL_DIR)/mlx/lib
+
 # ---------------------------------------------------------------- fuzzing (not part of `make test`)
 # Each cargo-fuzz target (fuzz/fuzz_targets/) runs FUZZ_SECONDS under libFuzzer on nightly Rust,
 # starting from fuzz/seeds/<target>; new inputs go to fuzz/corpus/<target>, crashes to
