@@ -53,7 +53,7 @@ fn opening_an_empty_folder_creates_a_wal_database_and_the_attachments_folder() {
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
-    assert_eq!((version, mode.as_str()), (1, "wal"));
+    assert_eq!((version, mode.as_str()), (2, "wal"));
 }
 
 #[test]
@@ -79,7 +79,7 @@ fn reopening_keeps_everything_and_migrates_nothing() {
     let version: i64 = raw(&dir)
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1);
+    assert_eq!(version, 2);
 }
 
 #[test]
@@ -97,7 +97,7 @@ fn a_database_from_a_newer_app_is_refused_and_left_untouched() {
             err,
             Error::NewerSchema {
                 found: 99,
-                supported: 1,
+                supported: 2,
                 ..
             }
         ),
@@ -557,4 +557,44 @@ fn deleting_from_a_message_of_another_conversation_is_not_found() {
 
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
     assert_eq!(store.get_conversation(&a.id).unwrap().messages.len(), 1);
+}
+
+#[test]
+fn a_version_1_database_gains_answer_ids_and_keeps_every_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = {
+        let store = Store::open(dir.path()).unwrap();
+        let c = store.create_conversation("Before").unwrap();
+        store.add_message(&c.id, Role::User, "Hi", &[]).unwrap();
+        let answer = store.begin_assistant_message(&c.id).unwrap();
+        store.append_assistant_text(&answer, "Hello!").unwrap();
+        store
+            .finish_assistant_message(&answer, MessageStatus::Complete, None, None)
+            .unwrap();
+        c.id
+    };
+    // What the previous release wrote: schema 1, no `generated` column.
+    let conn = raw(&dir);
+    conn.execute("ALTER TABLE messages DROP COLUMN generated", [])
+        .unwrap();
+    conn.pragma_update(None, "user_version", 1).unwrap();
+    drop(conn);
+
+    let store = Store::open(dir.path()).unwrap();
+    let messages = store.get_conversation(&id).unwrap().messages;
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[1].text, "Hello!");
+    assert_eq!(messages[1].generated, None);
+    // New answers keep their ids.
+    let answer = store.begin_assistant_message(&id).unwrap();
+    store
+        .set_generated_ids(&answer, &[7, 70_000, u32::MAX])
+        .unwrap();
+    store
+        .finish_assistant_message(&answer, MessageStatus::Complete, None, None)
+        .unwrap();
+    let kept = store.get_conversation(&id).unwrap().messages[2]
+        .generated
+        .clone();
+    assert_eq!(kept, Some(vec![7, 70_000, u32::MAX]));
 }

@@ -269,7 +269,9 @@ fn ctrl_c_stops_the_answer_not_the_chat_and_ctrl_d_leaves_cleanly() {
     let mut stdin = child.stdin.take().unwrap();
     let stdout = collect(child.stdout.take().unwrap());
     let stderr = collect(child.stderr.take().unwrap());
-    wait_for(&stderr, "the banner", |e| e.contains("Ctrl+D or /bye leaves"));
+    wait_for(&stderr, "the banner", |e| {
+        e.contains("Ctrl+D or /bye leaves")
+    });
 
     // An empty line asks again; it does not end the chat.
     stdin.write_all(b"\nCount to twenty.\n").unwrap();
@@ -289,14 +291,23 @@ fn ctrl_c_stops_the_answer_not_the_chat_and_ctrl_d_leaves_cleanly() {
         .lock()
         .unwrap()
         .lines()
-        .filter_map(|l| l.split(" reused prompt tokens").next()?.rsplit(' ').next()?.parse().ok())
+        .filter_map(|l| {
+            l.split(" reused prompt tokens")
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
         .collect();
     assert!(reused.len() == 2 && reused[1] > 19, "{reused:?}");
 
     // At the prompt, Ctrl+C says how to leave; Ctrl+D leaves, the shell's prompt on a new line.
     std::thread::sleep(std::time::Duration::from_millis(200));
     interrupt(&child);
-    wait_for(&stderr, "the hint", |e| e.contains("\n(Ctrl+D or /bye leaves)\n"));
+    wait_for(&stderr, "the hint", |e| {
+        e.contains("\n(Ctrl+D or /bye leaves)\n")
+    });
     drop(stdin);
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
