@@ -824,3 +824,48 @@ describe("keyboard", () => {
     expect(composer().value).toBe("two");
   });
 });
+
+describe("several chats", () => {
+  it("keeps each chat's draft, refuses to send beside another answer in words, and Esc stops only the answer on screen", async () => {
+    const other = backend.addConversation("Other");
+    await mount();
+    const sent = await sendText("Tell me a story");
+    backend.delta(sent, "Once", 1);
+    type("half a thought");
+
+    // Chat B while A answers: Send, not Stop; the reason it cannot send yet, in words.
+    click(root.querySelector(`[data-conversation-id="${other.id}"] .item-button`));
+    await settle();
+    expect(composer().value).toBe("");
+    expect($("send")?.hidden).toBe(false);
+    expect($("stop")?.hidden).toBe(true);
+    type("for B");
+    expect(($("send") as HTMLButtonElement).disabled).toBe(true);
+    expect(root.querySelector(".composer-hint")?.textContent).toContain("Another chat");
+    expect(root.querySelector(".composer-hint")?.textContent).toContain("Tell me a story");
+    const sends = callsOf("send_message").length;
+    press(composer(), "Enter");
+    await settle();
+    expect(callsOf("send_message").length).toBe(sends);
+
+    // Esc in B leaves A's answer running.
+    press(document.body, "Escape");
+    await settle();
+    expect(callsOf("stop_generation")).toHaveLength(0);
+
+    // Back in A: its own draft, and Esc stops its answer.
+    click(root.querySelector(`[data-conversation-id="${sent.conversation.id}"] .item-button`));
+    await settle();
+    expect(composer().value).toBe("half a thought");
+    press(document.body, "Escape");
+    await settle();
+    expect(callsOf("stop_generation").at(-1)?.args).toEqual({ generationId: sent.generationId });
+    backend.done(sent, { stopReason: "cancelled" });
+
+    // B kept its draft, and can send now.
+    click(root.querySelector(`[data-conversation-id="${other.id}"] .item-button`));
+    await settle();
+    expect(composer().value).toBe("for B");
+    expect(($("send") as HTMLButtonElement).disabled).toBe(false);
+  });
+});

@@ -40,6 +40,8 @@ const FINISHED_ANSWERS_KEPT = 20;
 
 /** How a finished answer ended, kept for answers whose command reply comes after the end event. */
 type FinishedAnswer = Pick<Message, "text" | "status" | "usage" | "error">;
+/** A message being written and not sent: its text and attached images. */
+type Draft = { text: string; pending: PendingAttachment[] };
 
 export class App {
   private readonly state = createState();
@@ -48,6 +50,8 @@ export class App {
   private readonly thumbnails = new Map<string, Promise<string>>();
   /** The context notice on screen, so an unchanged one is not announced again. */
   private shownNotice: ContextFull | null = null;
+  /** What was being written in each chat left for another ("" is the new chat), kept until it is opened again. */
+  private readonly drafts = new Map<string, Draft>();
   private memoryTimer: number | undefined;
   private readonly unlisteners: UnlistenFn[] = [];
   private readonly cleanups: (() => void)[] = [];
@@ -185,7 +189,7 @@ export class App {
       watch([conversations, chat], () => this.refreshTitle()),
       watch([model, settings, chat, sending, generating], () => this.refreshChat()),
       watch([contextFull, chat], () => this.refreshNotice()),
-      watch([model, sending, generating], () => this.refreshComposer()),
+      watch([model, sending, generating, chat], () => this.refreshComposer()),
     ];
     this.cleanups.push(() => {
       for (const stop of stops) stop();
@@ -260,17 +264,28 @@ export class App {
   private refreshComposer(): void {
     const model = this.state.model.get();
     this.composer.setState({
-      generating: this.generations.current() !== undefined,
+      generating: this.openGeneration() !== undefined,
       blockedReason: this.blockedReason(),
       vision: model.state === "ready" ? model.vision : true,
     });
   }
 
+  /** The answer being written in the open chat, if any. */
+  private openGeneration() {
+    const openId = this.state.chat.get().id;
+    return openId === null ? undefined : this.generations.forConversation(openId);
+  }
+
   private blockedReason(): string | null {
     if (this.state.sending.get()) return "Sending…";
     const model = this.state.model.get();
+    const elsewhere = this.generations.current();
     switch (model.state) {
       case "ready":
+        if (elsewhere && !this.openGeneration()) {
+          const title = this.state.conversations.get().find((c) => c.id === elsewhere.conversationId)?.title;
+          return `Another chat${title ? ` (“${title}”)` : ""} is answering: send once it is done, or stop it there.`;
+        }
         return null;
       case "loading":
         return `Loading the model: ${model.stage}`;
@@ -358,14 +373,30 @@ export class App {
     }
   }
 
+  /** Keeps the composer's text and images with the chat being left, and brings back those of `next`. */
+  private switchDraft(next: string | null): void {
+    const current = this.state.chat.get().id;
+    if (current === next) return;
+    const text = this.composer.text();
+    const pending = this.state.pending.get();
+    if (text.trim() || pending.length > 0) this.drafts.set(current ?? "", { text, pending });
+    else this.drafts.delete(current ?? "");
+    const draft = this.drafts.get(next ?? "");
+    this.drafts.delete(next ?? "");
+    this.composer.setText(draft?.text ?? "");
+    this.state.pending.set(draft?.pending ?? []);
+  }
+
   private newChat(): void {
     if (this.state.contextFull.get()?.conversationId === null) this.state.contextFull.set(null);
+    this.switchDraft(null);
     const serial = this.state.chat.get().serial + 1;
     this.state.chat.set({ id: null, messages: [], loading: false, title: null, serial });
     this.composer.focus();
   }
 
   private async openConversation(id: string, messageId?: string): Promise<void> {
+    this.switchDraft(id);
     const chat = this.state.chat;
     const serial = chat.get().serial + 1;
     const title = this.state.conversations.get().find((c) => c.id === id)?.title ?? null;
@@ -557,9 +588,9 @@ export class App {
     return finished ? { ...message, ...finished } : message;
   }
 
+  /** Stops the answer on screen (an answer in another chat is stopped there). */
   private async stop(): Promise<void> {
-    const openId = this.state.chat.get().id;
-    const live = (openId && this.generations.forConversation(openId)) || this.generations.current();
+    const live = this.openGeneration();
     if (!live) return;
     try {
       await api.stopGeneration(live.generationId);
@@ -751,7 +782,7 @@ export class App {
       }
       return;
     }
-    if (event.key === "Escape" && !dialogOpen && !event.defaultPrevented && this.generations.current()) {
+    if (event.key === "Escape" && !dialogOpen && !event.defaultPrevented && this.openGeneration()) {
       event.preventDefault();
       void this.stop();
     }
