@@ -92,6 +92,7 @@ impl AnswerRecorder {
                         "The answer could not be saved ({err}), so it was stopped. What was \
                          saved before is kept."
                     ),
+                    context: None,
                 });
                 self.canceller.cancel(generation_id);
             }
@@ -320,10 +321,12 @@ mod tests {
         };
         assert_eq!(error.kind, ErrorKind::ContextFull);
         assert!(
-            error.message.contains("9000") && error.message.contains("8192"),
+            error.message.contains("9,000") && error.message.contains("8,192"),
             "{}",
             error.message
         );
+        let need = error.context.unwrap();
+        assert_eq!((need.needed, need.window, need.alone), (9000, 8192, false));
     }
 
     #[test]

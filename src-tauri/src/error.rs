@@ -23,8 +23,15 @@ pub enum Error {
     Busy,
     #[error("{0}")]
     Invalid(String),
-    #[error("{0}")]
-    ContextFull(String),
+    #[error("{}", context_full_message(*needed, *window, *alone))]
+    ContextFull {
+        /// Tokens the prompt needs.
+        needed: usize,
+        /// Tokens the context window holds.
+        window: usize,
+        /// The message alone does not fit (a new chat would not help).
+        alone: bool,
+    },
     #[error(transparent)]
     Chats(#[from] chats::Error),
     #[error(transparent)]
@@ -43,7 +50,7 @@ impl Error {
             Self::ModelInvalid(_) => ErrorKind::ModelInvalid,
             Self::Busy => ErrorKind::Busy,
             Self::Invalid(_) | Self::Image(_) => ErrorKind::InvalidInput,
-            Self::ContextFull(_) => ErrorKind::ContextFull,
+            Self::ContextFull { .. } => ErrorKind::ContextFull,
             Self::Chats(chats::Error::NotFound { .. }) => ErrorKind::NotFound,
             Self::Chats(chats::Error::InvalidInput(_)) => ErrorKind::InvalidInput,
             Self::Chats(_) => ErrorKind::Io,
@@ -59,20 +66,51 @@ impl From<engine::worker::EngineError> for Error {
         match err {
             EngineError::NoModel => Self::NoModel,
             EngineError::Generate(GenerateError::PromptTooLong { prompt, context }) => {
-                Self::ContextFull(context_full_message(prompt, context))
+                Self::ContextFull {
+                    needed: prompt,
+                    window: context,
+                    alone: false,
+                }
             }
+            EngineError::MessageTooLong { message, context } => Self::ContextFull {
+                needed: message,
+                window: context,
+                alone: true,
+            },
             EngineError::Image(image) => Self::Image(image),
             other => Self::Engine(other.to_string()),
         }
     }
 }
 
-/// What the user reads when a conversation outgrows the context window.
-pub fn context_full_message(prompt: usize, context: usize) -> String {
-    format!(
-        "This conversation no longer fits the context window: it needs {prompt} tokens and the \
-         window holds {context}. Start a new chat, or raise the context length in Settings."
-    )
+/// What the user reads when a prompt does not fit the context window: one sentence per case,
+/// numbers grouped as people write them.
+pub fn context_full_message(needed: usize, window: usize, alone: bool) -> String {
+    let (needed, window) = (grouped(needed), grouped(window));
+    if alone {
+        format!(
+            "This message is {needed} tokens on its own, and the context window holds {window}. \
+             Shorten it, or raise the context length in Settings."
+        )
+    } else {
+        format!(
+            "This conversation needs {needed} tokens, and the context window holds {window}. \
+             Start a new chat, or raise the context length in Settings."
+        )
+    }
+}
+
+/// `8379` as `8,379`.
+fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Broad class of an error, for the UI to choose how to present it.
@@ -102,13 +140,42 @@ pub enum ErrorKind {
 pub struct CommandError {
     pub kind: ErrorKind,
     pub message: String,
+    /// For `contextFull`: the numbers, so the window can offer what helps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
+    pub context: Option<ContextNeed>,
+}
+
+/// What did not fit the context window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextNeed {
+    /// Tokens the prompt needs.
+    pub needed: u32,
+    /// Tokens the context window holds.
+    pub window: u32,
+    /// The message alone does not fit: a new chat would not help.
+    pub alone: bool,
 }
 
 impl From<&Error> for CommandError {
     fn from(err: &Error) -> Self {
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         Self {
             kind: err.kind(),
             message: err.to_string(),
+            context: match err {
+                Error::ContextFull {
+                    needed,
+                    window,
+                    alone,
+                } => Some(ContextNeed {
+                    needed: count(*needed),
+                    window: count(*window),
+                    alone: *alone,
+                }),
+                _ => None,
+            },
         }
     }
 }
@@ -146,10 +213,29 @@ mod tests {
         ));
         assert_eq!(err.kind(), ErrorKind::ContextFull);
         let message = err.to_string();
-        assert!(
-            message.contains("9000") && message.contains("8192"),
-            "{message}"
+        assert_eq!(
+            message,
+            "This conversation needs 9,000 tokens, and the context window holds 8,192. Start a \
+             new chat, or raise the context length in Settings."
         );
+        let alone = Error::from(engine::worker::EngineError::MessageTooLong {
+            message: 131_073,
+            context: 131_072,
+        });
+        let json = serde_json::to_value(&alone).unwrap();
+        assert_eq!(json["kind"], "contextFull");
+        assert_eq!(
+            json["context"],
+            serde_json::json!({ "needed": 131073, "window": 131072, "alone": true })
+        );
+        assert!(json["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("This message is 131,073 tokens on its own"));
+        assert!(serde_json::to_value(Error::NoModel)
+            .unwrap()
+            .get("context")
+            .is_none());
     }
 
     #[test]

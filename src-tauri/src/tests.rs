@@ -382,6 +382,17 @@ fn a_conversation_that_outgrows_the_context_says_so_and_keeps_the_question() {
     };
     assert_eq!(error.kind, ErrorKind::ContextFull);
     assert!(error.message.contains("512"), "{}", error.message);
+    // One message longer than the window: a new chat would not help, and it says so.
+    let need = error.context.unwrap();
+    assert!(
+        need.alone && need.window == 512 && need.needed > 512,
+        "{need:?}"
+    );
+    assert!(
+        error.message.starts_with("This message is "),
+        "{}",
+        error.message
+    );
     let messages = h
         .state
         .store
@@ -674,4 +685,47 @@ fn a_follow_up_after_a_long_answer_reuses_the_whole_history() {
     let reopened = chats::Store::open(&DataDir::new(h.data_dir.clone()).chats()).unwrap();
     let again = reopened.get_conversation(&id).unwrap();
     assert_eq!(again.messages[1].generated.as_deref(), Some(ids.as_slice()));
+}
+
+#[test]
+fn a_conversation_that_outgrows_the_context_offers_a_new_chat_not_a_shorter_message() {
+    let h = Harness::with_model();
+    let roomy = Settings {
+        context_length: 2048,
+        max_tokens: 4,
+        ..short()
+    };
+    let sent = h.send(&"many words ".repeat(450), &roomy).unwrap();
+    h.finish(sent.generation_id);
+    // The same chat with a window the history no longer fits, though the new message does.
+    let tight = Settings {
+        context_length: 512,
+        ..roomy
+    };
+    let follow_up = h
+        .state
+        .chat
+        .send(
+            SendRequest {
+                conversation_id: Some(sent.conversation.id.clone()),
+                text: "And then?".into(),
+                attachment_ids: vec![],
+            },
+            &tight,
+        )
+        .unwrap();
+    let events = h.finish(follow_up.generation_id);
+    let Some(GenerationEvent::Error { error, .. }) = events.last() else {
+        panic!("{events:?}");
+    };
+    let need = error.context.unwrap();
+    assert!(
+        !need.alone && need.window == 512 && need.needed > 512,
+        "{need:?}"
+    );
+    assert!(
+        error.message.starts_with("This conversation needs ") && error.message.contains("new chat"),
+        "{}",
+        error.message
+    );
 }

@@ -8,6 +8,7 @@ import { listen, type UnlistenFn } from "@tauri-apps/api/event";
 import type { AppStatus } from "./bindings/AppStatus";
 import type { Attachment } from "./bindings/Attachment";
 import type { CommandError } from "./bindings/CommandError";
+import type { ContextNeed } from "./bindings/ContextNeed";
 import type { Conversation } from "./bindings/Conversation";
 import type { ConversationSummary } from "./bindings/ConversationSummary";
 import type { DownloadProgress } from "./bindings/DownloadProgress";
@@ -31,6 +32,7 @@ import type { Usage } from "./bindings/Usage";
 export type {
   AppStatus,
   Attachment,
+  ContextNeed,
   Conversation,
   ConversationSummary,
   DownloadProgress,
@@ -55,18 +57,21 @@ export type {
 /** A failed command. `kind` is the backend's error kind, or "bridge" when Tauri itself refused. */
 export class ApiError extends Error {
   readonly kind: ErrorKind | "bridge";
+  /** For `contextFull`: what did not fit, when the backend said. */
+  readonly context: ContextNeed | null;
 
-  constructor(kind: ErrorKind | "bridge", message: string) {
+  constructor(kind: ErrorKind | "bridge", message: string, context: ContextNeed | null = null) {
     super(message);
     this.name = "ApiError";
     this.kind = kind;
+    this.context = context;
   }
 }
 
 /** Turns anything a rejected call or event carries into an ApiError. */
 export function toApiError(error: unknown): ApiError {
   if (error instanceof ApiError) return error;
-  if (isCommandError(error)) return new ApiError(error.kind, error.message);
+  if (isCommandError(error)) return new ApiError(error.kind, error.message, error.context ?? null);
   // Tauri rejects with a plain string when a command is unknown or denied by a capability.
   const message = error instanceof Error ? error.message : String(error);
   return new ApiError("bridge", message);

@@ -541,12 +541,24 @@ describe("sending and streaming", () => {
       generationId: sent.generationId,
       conversationId: sent.conversation.id,
       messageId: sent.assistantMessageId,
-      error: { kind: "contextFull", message: "The conversation needs 9,000 tokens but the context holds 8,192." },
+      error: {
+        kind: "contextFull",
+        message: "This conversation needs 9,000 tokens, and the context window holds 8,192.",
+        context: { needed: 9000, window: 8192, alone: false },
+      },
     });
     const notice = $("context-notice");
     expect(notice?.getAttribute("role")).toBe("alert");
-    expect(notice?.textContent).toContain("no longer fits in the context window");
-    expect(notice?.textContent).toContain("9,000 tokens");
+    const text = notice?.textContent ?? "";
+    expect(text).toContain("This conversation no longer fits in the context window.");
+    expect(text).toContain("It needs 9,000 tokens. The context window holds 8,192 tokens.");
+    // Said once, not twice.
+    expect(text.split("context window").length - 1).toBe(2);
+    expect(text.split("new chat").length - 1).toBe(1);
+    expect([...(notice?.querySelectorAll("button") ?? [])].map((b) => b.textContent)).toEqual([
+      "New Chat",
+      "Context Length…",
+    ]);
     click([...(notice?.querySelectorAll("button") ?? [])].find((b) => b.textContent === "Context Length…") ?? null);
     await settle();
     expect(($("settings-dialog") as HTMLDialogElement).open).toBe(true);
@@ -555,19 +567,50 @@ describe("sending and streaming", () => {
   it("shows the context notice when sending is refused because the context is full", async () => {
     const chat = backend.addConversation("Full", [message({ id: "u1", conversationId: "", role: "user", text: "a" })]);
     handle("send_message", () => {
-      throw { kind: "contextFull", message: "This message does not fit." };
+      throw {
+        kind: "contextFull",
+        message: "This conversation needs 8,379 tokens, and the context window holds 8,192.",
+        context: { needed: 8379, window: 8192, alone: false },
+      };
     });
     await mount();
     click(root.querySelector(`[data-conversation-id="${chat.id}"] .item-button`));
     await settle();
     await sendText("more").catch(() => undefined);
-    expect($("context-notice")?.textContent).toContain("This message does not fit.");
+    expect($("context-notice")?.textContent).toContain("It needs 8,379 tokens.");
     expect(composer().value).toBe("more");
     click(
       [...($("context-notice")?.querySelectorAll("button") ?? [])].find((b) => b.textContent === "New Chat") ?? null,
     );
     expect($("context-notice")).toBeNull();
     expect(messages()).toHaveLength(0);
+  });
+
+  it("says a message too long on its own is too long, and offers no new chat that would not help", async () => {
+    handle("send_message", () => {
+      throw {
+        kind: "contextFull",
+        message: "This message is 9,100 tokens on its own, and the context window holds 8,192.",
+        context: { needed: 9100, window: 8192, alone: true },
+      };
+    });
+    await mount();
+    await sendText("a very long paste").catch(() => undefined);
+    const notice = $("context-notice");
+    expect(notice?.textContent).toContain("This message is too long for the context window.");
+    expect(notice?.textContent).toContain("It is 9,100 tokens on its own. The context window holds 8,192 tokens.");
+    expect(notice?.textContent).not.toContain("new chat");
+    expect([...(notice?.querySelectorAll("button") ?? [])].map((b) => b.textContent)).toEqual(["Context Length…"]);
+    expect(composer().value).toBe("a very long paste");
+  });
+
+  it("says an answer was cut off by a full context window, with the window's size", async () => {
+    await mount();
+    const sent = await sendText("Go on");
+    backend.done(sent, { stopReason: "contextFull" });
+    const text = $("context-notice")?.textContent ?? "";
+    expect(text).toContain("The answer was cut off: the context window is full.");
+    expect(text).toContain("The conversation reached 8,192 tokens.");
   });
 
   it("regenerates the last answer", async () => {

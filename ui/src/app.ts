@@ -5,6 +5,7 @@
 import * as api from "./api";
 import type {
   AppStatus,
+  ContextNeed,
   Attachment,
   ConversationSummary,
   GenerationEvent,
@@ -254,8 +255,8 @@ export class App {
     this.shownNotice = notice;
     this.chat.setNotice(
       notice && {
-        message: `${notice.message} Start a new chat, or raise the context length in Settings.`,
-        newChat: () => this.newChat(),
+        ...contextNoticeText(notice),
+        newChat: notice.reason === "message" ? null : () => this.newChat(),
         openSettings: () => void this.settingsDialog.open(),
       },
     );
@@ -407,10 +408,7 @@ export class App {
       const messages = conversation.messages.map((message) => this.withLiveState(message));
       const last = [...messages].reverse().find((message) => message.role === "assistant");
       if (last?.usage?.stopReason === "contextFull" && !this.state.contextFull.get())
-        this.state.contextFull.set({
-          conversationId: id,
-          message: "Its last answer was cut off because the context window filled up.",
-        });
+        this.state.contextFull.set({ conversationId: id, reason: "cutOff", needed: null, window: null });
       chat.patch({ messages, loading: false, title: conversation.title });
       if (messageId) this.chat.reveal(messageId);
       else this.chat.scrollToBottom(false);
@@ -616,12 +614,14 @@ export class App {
       if (event.usage.stopReason === "contextFull")
         this.state.contextFull.set({
           conversationId: event.conversationId,
-          message: `The answer was cut off at ${event.contextWindow.toLocaleString("en-US")} tokens.`,
+          reason: "cutOff",
+          needed: null,
+          window: event.contextWindow,
         });
     } else {
       answer = { text: live.text, status: "error", usage: null, error: event.error.message };
       if (event.error.kind === "contextFull")
-        this.state.contextFull.set({ conversationId: event.conversationId, message: event.error.message });
+        this.state.contextFull.set(contextFullOf(event.conversationId, event.error.context ?? null));
     }
     this.remember(event.messageId, answer);
     if (isOpen) {
@@ -668,7 +668,7 @@ export class App {
   /** Shows an error where it belongs: the context notice for a full context, a toast otherwise. */
   private failed(error: unknown, what: string, conversationId: string | null): void {
     if (error instanceof ApiError && error.kind === "contextFull")
-      this.state.contextFull.set({ conversationId, message: error.message });
+      this.state.contextFull.set(contextFullOf(conversationId, error.context));
     else this.toasts.show(`${what}: ${errorMessage(error)}`);
   }
 
@@ -822,4 +822,51 @@ export async function mountApp(root: HTMLElement): Promise<App> {
   const app = new App(root);
   await app.start();
   return app;
+}
+
+/** The context notice's state for a `contextFull` error of `conversationId`. */
+function contextFullOf(conversationId: string | null, need: ContextNeed | null): ContextFull {
+  return {
+    conversationId,
+    reason: need?.alone ? "message" : "conversation",
+    needed: need?.needed ?? null,
+    window: need?.window ?? null,
+  };
+}
+
+/** One wording per case, numbers grouped; advice only for what helps. */
+export function contextNoticeText(full: ContextFull): { title: string; detail: string } {
+  const n = (value: number) => value.toLocaleString("en-US");
+  const holds = full.window === null ? null : `The context window holds ${n(full.window)} tokens.`;
+  const sentences = (...parts: (string | null)[]) => parts.filter((p) => p !== null).join(" ");
+  switch (full.reason) {
+    case "message":
+      return {
+        title: "This message is too long for the context window.",
+        detail: sentences(
+          full.needed === null ? null : `It is ${n(full.needed)} tokens on its own.`,
+          holds,
+          "Shorten it, or raise the context length.",
+        ),
+      };
+    case "conversation":
+      return {
+        title: "This conversation no longer fits in the context window.",
+        detail: sentences(
+          full.needed === null ? null : `It needs ${n(full.needed)} tokens.`,
+          holds,
+          "Start a new chat, or raise the context length.",
+        ),
+      };
+    case "cutOff":
+      return {
+        title: "The answer was cut off: the context window is full.",
+        detail: sentences(
+          full.window === null
+            ? "The conversation filled the context window."
+            : `The conversation reached ${n(full.window)} tokens.`,
+          "Start a new chat, or raise the context length.",
+        ),
+      };
+  }
 }

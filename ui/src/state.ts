@@ -30,10 +30,16 @@ export interface SetupState {
   error: string | null;
 }
 
-/** The conversation (null: the new chat) that no longer fits, with the message to show. */
+/**
+ * The conversation (null: the new chat) whose context window is full, and how: a message too
+ * long on its own (a new chat would not help), a conversation that outgrew the window, or an
+ * answer cut off by it. The numbers are there when the backend gave them.
+ */
 export interface ContextFull {
   conversationId: string | null;
-  message: string;
+  reason: "message" | "conversation" | "cutOff";
+  needed: number | null;
+  window: number | null;
 }
 
 export function createState() {

@@ -15,8 +15,10 @@ export interface ChatContext {
 }
 
 export interface ContextNotice {
-  message: string;
-  newChat(): void;
+  title: string;
+  detail: string;
+  /** Offered only where a new chat helps. */
+  newChat: (() => void) | null;
   openSettings(): void;
 }
 
@@ -136,22 +138,23 @@ export class ChatView {
       this.notice.replaceChildren();
       return;
     }
-    const newChat = el("button", { type: "button", class: "primary" }, "New Chat");
-    newChat.addEventListener("click", () => notice.newChat());
-    const settings = el("button", { type: "button" }, "Context Length…");
+    const buttons: HTMLElement[] = [];
+    const { newChat } = notice;
+    if (newChat) {
+      const button = el("button", { type: "button", class: "primary" }, "New Chat");
+      button.addEventListener("click", () => newChat());
+      buttons.push(button);
+    }
+    const settings = el("button", { type: "button", class: newChat ? "" : "primary" }, "Context Length…");
     settings.addEventListener("click", () => notice.openSettings());
+    buttons.push(settings);
     this.notice.replaceChildren(
       el(
         "div",
         { class: "context-notice", role: "alert", "data-testid": "context-notice" },
         icon("warning"),
-        el(
-          "div",
-          { class: "context-notice-text" },
-          el("strong", {}, "This conversation no longer fits in the context window."),
-          el("p", {}, notice.message),
-        ),
-        el("div", { class: "context-notice-actions" }, newChat, settings),
+        el("div", { class: "context-notice-text" }, el("strong", {}, notice.title), el("p", {}, notice.detail)),
+        el("div", { class: "context-notice-actions" }, ...buttons),
       ),
     );
   }

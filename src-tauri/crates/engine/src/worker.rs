@@ -14,7 +14,9 @@ use crate::image::Preprocessed;
 use crate::media::FeatureCache;
 use crate::sampler::SamplerConfig;
 use crate::stream::{Images, Session, TokenStream};
-use crate::template::{expand_image_placeholders, ChatTemplate, Message, RenderOptions, Role};
+use crate::template::{
+    expand_image_placeholders, ChatTemplate, Message, Part, RenderOptions, Role,
+};
 use crate::tokenizer::{SpecialTokens, Tokenizer};
 use gemma::{LoadOptions, Model};
 
@@ -35,6 +37,10 @@ pub enum EngineError {
     Generate(#[from] crate::generate::GenerateError),
     #[error(transparent)]
     Image(#[from] crate::image::ImageError),
+    /// The last message alone (with the system prompt) does not fit the context window: a new
+    /// chat would not help, only a shorter message or a larger window.
+    #[error("the message alone is {message} tokens, but the context window holds {context}")]
+    MessageTooLong { message: usize, context: usize },
 }
 
 /// Projected features of this many recent images stay cached (see [`FeatureCache`]).
@@ -508,6 +514,13 @@ fn answer(
 ) -> Result<(Usage, Vec<u32>), EngineError> {
     let m = loaded.ok_or(EngineError::NoModel)?;
     let prompt = m.prompt(&request.messages, request.thinking, &request.images)?;
+    let context = request.options.context_window;
+    if prompt.ids.len() >= context {
+        let message = alone_tokens(m, request)?;
+        if message >= context {
+            return Err(EngineError::MessageTooLong { message, context });
+        }
+    }
     let mut current = match session.take() {
         Some((conversation, s)) if conversation == request.conversation => s,
         _ => Session::new(&m.model),
@@ -525,6 +538,27 @@ fn answer(
     });
     *session = Some((request.conversation.clone(), current));
     result.map(|usage| (usage, ids))
+}
+
+/// Tokens of the request's last message as a new chat would send it: the system messages and
+/// that message, with its images.
+fn alone_tokens(m: &LoadedModel, request: &ChatRequest) -> Result<usize, EngineError> {
+    let Some((last, before)) = request.messages.split_last() else {
+        return Ok(0);
+    };
+    let mut messages: Vec<Message> = before
+        .iter()
+        .filter(|message| message.role == Role::System)
+        .cloned()
+        .collect();
+    messages.push(last.clone());
+    let own = last
+        .content
+        .iter()
+        .filter(|part| matches!(part, Part::Image))
+        .count();
+    let images = &request.images[request.images.len().saturating_sub(own)..];
+    Ok(m.prompt(&messages, request.thinking, images)?.ids.len())
 }
 
 #[cfg(test)]
