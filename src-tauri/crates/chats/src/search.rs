@@ -16,8 +16,8 @@ const MATCH_END: char = '\u{E001}';
 
 impl Store {
     /// Conversations whose title, and messages whose text, contain every word of `query` (as a
-    /// word or the start of one; case and accents ignored). Title hits come first, then the best
-    /// matching messages. Any text is a valid query: quotes, `*`, `AND`, `NEAR(` are just words.
+    /// word or the start of one; case and accents ignored), each chat once: by its title when
+    /// that matches, else by its best matching message. Title hits come first. Any text is a valid query: quotes, `*`, `AND`, `NEAR(` are just words.
     /// Answers still streaming are not searchable until they finish.
     pub fn search(&self, query: &str) -> Result<Vec<SearchHit>> {
         let Some(expression) = fts_expression(query) else {
@@ -25,21 +25,25 @@ impl Store {
         };
         self.with("searching", |inner| {
             let mut stmt = inner.conn.prepare_cached(
-                "SELECT * FROM (
-                     SELECT c.id, c.title, NULL AS message_id,
-                            snippet(title_fts, 0, char(57344), char(57345), '…', 12) AS snippet,
-                            0 AS kind, bm25(title_fts) AS rank
-                     FROM title_fts JOIN conversations c ON c.rowid = title_fts.rowid
-                     WHERE title_fts MATCH ?1
-                     UNION ALL
-                     SELECT c.id, c.title, m.id,
-                            snippet(message_fts, 0, char(57344), char(57345), '…', 12),
-                            1, bm25(message_fts)
-                     FROM message_fts
-                     JOIN messages m ON m.rowid = message_fts.rowid
-                     JOIN conversations c ON c.id = m.conversation_id
-                     WHERE message_fts MATCH ?1
-                 ) ORDER BY kind, rank LIMIT ?2",
+                // One hit per chat: its title when that matches, else its best message.
+                "SELECT id, title, message_id, snippet FROM (
+                     SELECT *, row_number() OVER (PARTITION BY id ORDER BY kind, rank) AS nth
+                     FROM (
+                         SELECT c.id, c.title, NULL AS message_id,
+                                snippet(title_fts, 0, char(57344), char(57345), '…', 12) AS snippet,
+                                0 AS kind, bm25(title_fts) AS rank
+                         FROM title_fts JOIN conversations c ON c.rowid = title_fts.rowid
+                         WHERE title_fts MATCH ?1
+                         UNION ALL
+                         SELECT c.id, c.title, m.id,
+                                snippet(message_fts, 0, char(57344), char(57345), '…', 12),
+                                1, bm25(message_fts)
+                         FROM message_fts
+                         JOIN messages m ON m.rowid = message_fts.rowid
+                         JOIN conversations c ON c.id = m.conversation_id
+                         WHERE message_fts MATCH ?1
+                     )
+                 ) WHERE nth = 1 ORDER BY kind, rank LIMIT ?2",
             )?;
             let limit = i64::try_from(MAX_HITS).unwrap_or(i64::MAX);
             let hits = stmt.query_map(params![expression, limit], |row| {

@@ -102,7 +102,10 @@ fn accents_case_and_other_scripts_are_searchable() {
         .unwrap();
 
     assert_eq!(message_ids(&store, "creme"), [french.id.as_str()]);
-    assert_eq!(message_ids(&store, "CAFÉ"), [french.id.as_str()]);
+    // The title matches too, and the chat is listed once, by its title.
+    let hits = store.search("CAFÉ").unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(matched(&hits[0]), "Café");
     assert_eq!(message_ids(&store, "мир"), [russian.id.as_str()]);
     assert_eq!(message_ids(&store, "καλημέρα"), [greek.id.as_str()]);
     assert_eq!(message_ids(&store, "ΚΌΣΜΕ"), [greek.id.as_str()]);
@@ -248,4 +251,32 @@ fn renames_and_deletes_update_the_index() {
         )
         .unwrap();
     assert_eq!(indexed, 0);
+}
+
+#[test]
+fn a_chat_is_listed_once_by_its_best_hit() {
+    let (_dir, store) = open();
+    let bread = store.create_conversation("Bread baking").unwrap();
+    for text in [
+        "Bread needs flour",
+        "More bread, please",
+        "Sourdough bread rises",
+    ] {
+        store.add_message(&bread.id, Role::User, text, &[]).unwrap();
+    }
+    let other = store.create_conversation("Breakfast").unwrap();
+    store
+        .add_message(&other.id, Role::User, "Toast is bread too", &[])
+        .unwrap();
+
+    let hits = store.search("bread").unwrap();
+    let chats: Vec<&str> = hits.iter().map(|h| h.conversation_id.as_str()).collect();
+    assert_eq!(chats.len(), 2, "{chats:?}");
+    // The title hit first, and for it the title, not one of its messages.
+    assert_eq!(
+        (chats[0], hits[0].message_id.as_deref()),
+        (bread.id.as_str(), None)
+    );
+    assert_eq!(chats[1], other.id.as_str());
+    assert!(hits[1].message_id.is_some());
 }
