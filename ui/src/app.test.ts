@@ -223,6 +223,19 @@ describe("first run", () => {
 });
 
 describe("startup", () => {
+  it("names shortcuts with ⌘ on macOS and Ctrl elsewhere", async () => {
+    await mount();
+    expect($("new-chat")?.title).toBe("New Chat (⌘N)");
+    expect($("settings")?.title).toBe("Settings (⌘,)");
+    expect(($("search") as HTMLInputElement).placeholder).toBe("Search (⌘F)");
+    app.destroy();
+    backend.status.platform = "linux";
+    await mount();
+    expect($("new-chat")?.title).toBe("New Chat (Ctrl+N)");
+    expect($("settings")?.title).toBe("Settings (Ctrl+,)");
+    expect(($("search") as HTMLInputElement).placeholder).toBe("Search (Ctrl+F)");
+  });
+
   it("shows the backend's error as an alert", async () => {
     handle("app_status", () => {
       throw { kind: "io", message: "could not create the models folder: permission denied" };

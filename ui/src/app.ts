@@ -176,6 +176,7 @@ export class App {
       status.subscribe((status) => {
         if (!status) return;
         this.sidebar.setVersion(status.version);
+        this.sidebar.setPlatform(status.platform);
         const machine = thisMachine(status.platform);
         this.emptyNote.textContent = `Gemma runs entirely on ${machine}. Nothing you write leaves it.`;
       }),

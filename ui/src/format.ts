@@ -69,3 +69,8 @@ export function dateGroup(timestamp: number, now: Date = new Date()): string {
 export function thisMachine(platform: string | undefined): string {
   return platform === "macos" ? "this Mac" : "this computer";
 }
+
+/** A keyboard shortcut as this platform writes it: "⌘N" on macOS, "Ctrl+N" elsewhere. */
+export function shortcut(key: string, platform: string | undefined): string {
+  return platform === "macos" ? `⌘${key}` : `Ctrl+${key}`;
+}

@@ -1,7 +1,7 @@
 /** The left column: new chat, search, the conversation list (or search hits), settings. */
 import type { ConversationSummary, SearchHit } from "../api";
 import { el, iconButton } from "../dom";
-import { dateGroup } from "../format";
+import { dateGroup, shortcut } from "../format";
 import { icon } from "../icons";
 
 export interface SidebarHandlers {
@@ -29,11 +29,13 @@ export class Sidebar {
   private searchTimer: number | undefined;
   private searchSerial = 0;
   private renamingId: string | null = null;
+  private readonly newChatButton: HTMLElement;
+  private readonly settingsButton: HTMLElement;
 
   constructor(private readonly handlers: SidebarHandlers) {
     const newChat = el(
       "button",
-      { type: "button", class: "new-chat", "data-testid": "new-chat", title: "New Chat (⌘N)" },
+      { type: "button", class: "new-chat", "data-testid": "new-chat", title: "New Chat" },
       icon("compose"),
       "New Chat",
     );
@@ -63,11 +65,13 @@ export class Sidebar {
 
     const settings = el(
       "button",
-      { type: "button", class: "settings-button", "data-testid": "settings", title: "Settings (⌘,)" },
+      { type: "button", class: "settings-button", "data-testid": "settings", title: "Settings" },
       icon("settings"),
       "Settings",
     );
     settings.addEventListener("click", () => handlers.openSettings());
+    this.newChatButton = newChat;
+    this.settingsButton = settings;
 
     this.element = el(
       "aside",
@@ -78,6 +82,13 @@ export class Sidebar {
       el("div", { class: "sidebar-bottom" }, settings, this.version),
     );
     this.render();
+  }
+
+  /** Tooltips and the search field name the shortcuts as this platform writes them. */
+  setPlatform(platform: string | undefined): void {
+    this.newChatButton.title = `New Chat (${shortcut("N", platform)})`;
+    this.settingsButton.title = `Settings (${shortcut(",", platform)})`;
+    this.searchInput.placeholder = `Search (${shortcut("F", platform)})`;
   }
 
   setVersion(version: string): void {
