@@ -112,7 +112,7 @@ impl AnswerRecorder {
     /// The answer ended: saved complete (or stopped, when the user stopped it), with its usage
     /// and the ids it generated (when all its text was saved: they must spell exactly it).
     pub fn on_done(&mut self, generation_id: u64, usage: &Usage, ids: &[u32]) {
-        let usage = stored_usage(usage);
+        let usage = stored_usage(usage, self.context_window);
         let status = match usage.stop_reason {
             chats::StopReason::Cancelled => MessageStatus::Stopped,
             _ => MessageStatus::Complete,
@@ -167,7 +167,7 @@ impl AnswerRecorder {
 }
 
 /// The engine's usage as the chats database stores it (`chats` knows nothing of the engine).
-fn stored_usage(usage: &Usage) -> chats::Usage {
+fn stored_usage(usage: &Usage, context_window: u32) -> chats::Usage {
     use engine::generate::StopReason as Engine;
     let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     chats::Usage {
@@ -183,6 +183,7 @@ fn stored_usage(usage: &Usage) -> chats::Usage {
             Engine::ContextFull => chats::StopReason::ContextFull,
             Engine::Cancelled => chats::StopReason::Cancelled,
         },
+        context_window: Some(context_window),
     }
 }
 

@@ -881,6 +881,38 @@ describe("keyboard", () => {
   });
 });
 
+describe("answer stats", () => {
+  it("keep the context window an answer was written in, and show what was reused", async () => {
+    backend.addConversation("Old", [
+      message({ id: "u1", conversationId: "", role: "user", text: "Hi" }),
+      message({
+        id: "a1",
+        conversationId: "",
+        role: "assistant",
+        text: "Hello",
+        usage: { ...usage(), promptTokens: 1000, reusedTokens: 900, generatedTokens: 24, contextWindow: 4096 },
+      }),
+      message({ id: "u2", conversationId: "", role: "user", text: "More" }),
+      message({
+        id: "a2",
+        conversationId: "",
+        role: "assistant",
+        text: "Sure",
+        usage: { ...usage(), promptTokens: 1000, reusedTokens: 0, generatedTokens: 24 },
+      }),
+    ]);
+    await mount();
+    click(root.querySelector(".item-button"));
+    await settle();
+    const stats = $$("answer-stats").map((s) => s.textContent ?? "");
+    expect(stats[0]).toContain("Context 1,024 / 4,096 (25%)");
+    expect(stats[0]).toContain("900 reused from the cache");
+    // Saved before the window was kept with answers: today's setting.
+    expect(stats[1]).toContain("Context 1,024 / 8,192 (13%)");
+    expect(stats[1]).not.toContain("reused");
+  });
+});
+
 describe("several chats", () => {
   it("keeps each chat's draft, refuses to send beside another answer in words, and Esc stops only the answer on screen", async () => {
     const other = backend.addConversation("Other");

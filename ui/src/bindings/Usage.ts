@@ -8,4 +8,9 @@ export type Usage = { promptTokens: number,
 /**
  * Prompt tokens whose state was reused from the previous turn.
  */
-reusedTokens: number, generatedTokens: number, timeToFirstTokenMs: number, prefillTokensPerSecond: number, decodeTokensPerSecond: number, stopReason: StopReason, };
+reusedTokens: number, generatedTokens: number, timeToFirstTokenMs: number, prefillTokensPerSecond: number, decodeTokensPerSecond: number, stopReason: StopReason, 
+/**
+ * The context window the answer was written in (absent in answers saved before it was
+ * kept), so its stats keep their meaning after the setting changes.
+ */
+contextWindow?: number, };

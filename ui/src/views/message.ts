@@ -280,18 +280,22 @@ export function answerStats(message: Message, contextWindow: number | null): HTM
       el("span", {}, `${formatInteger(usage.generatedTokens)} tokens`),
     );
     const used = usage.promptTokens + usage.generatedTokens;
-    if (contextWindow) {
-      const percent = Math.min(100, Math.round((used / contextWindow) * 100));
+    // The window the answer was written in, when it was saved with it; else today's.
+    const window = usage.contextWindow ?? contextWindow;
+    if (window) {
+      const percent = Math.min(100, Math.round((used / window) * 100));
       stats.append(
         el(
           "span",
           { class: percent >= 90 ? "context near-full" : "context" },
-          `Context ${formatInteger(used)} / ${formatInteger(contextWindow)} (${percent}%)`,
+          `Context ${formatInteger(used)} / ${formatInteger(window)} (${percent}%)`,
         ),
       );
     } else {
       stats.append(el("span", { class: "context" }, `Context ${formatInteger(used)} tokens`));
     }
+    if (usage.reusedTokens > 0)
+      stats.append(el("span", { class: "reused" }, `${formatInteger(usage.reusedTokens)} reused from the cache`));
     stats.title = usageDetails(usage);
   }
   if (status === "stopped") stats.append(el("span", { class: "mark stopped" }, "Stopped"));

@@ -57,6 +57,11 @@ pub struct Usage {
     pub prefill_tokens_per_second: f64,
     pub decode_tokens_per_second: f64,
     pub stop_reason: StopReason,
+    /// The context window the answer was written in (absent in answers saved before it was
+    /// kept), so its stats keep their meaning after the setting changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub context_window: Option<u32>,
 }
 
 /// One row of the conversation list.

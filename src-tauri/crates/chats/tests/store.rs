@@ -26,6 +26,7 @@ fn usage() -> Usage {
         prefill_tokens_per_second: 900.0,
         decode_tokens_per_second: 31.25,
         stop_reason: StopReason::EndOfTurn,
+        context_window: Some(8192),
     }
 }
 
