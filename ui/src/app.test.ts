@@ -820,6 +820,18 @@ describe("settings", () => {
     expect(messagesText).toContain("Top P must be between 0.01 and 1.");
     expect(root.textContent).toContain("Maximum answer length must be a whole number.");
     expect(document.activeElement).toBe(topP);
+
+    // Fixing a value clears its error at once; the other stays until it is fixed too.
+    topP.value = "0.9";
+    topP.dispatchEvent(new Event("input", { bubbles: true }));
+    expect(topP.hasAttribute("aria-invalid")).toBe(false);
+    expect(root.textContent).not.toContain("Top P must be");
+    expect(root.textContent).toContain("Maximum answer length must be a whole number.");
+    // Typing in a field with no error shown shows none yet.
+    const temperature = $("setting-temperature") as HTMLInputElement;
+    temperature.value = "-";
+    temperature.dispatchEvent(new Event("input", { bubbles: true }));
+    expect(temperature.hasAttribute("aria-invalid")).toBe(false);
   });
 
   it("checks the limits the backend sends, not limits of its own", async () => {

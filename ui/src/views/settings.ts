@@ -116,6 +116,8 @@ export class SettingsDialog {
       this.thinkingField(),
       el("div", { class: "dialog-actions" }, cancel, this.saveButton),
     );
+    // An error shown for a field clears (or follows) as the value is fixed; no new ones while typing.
+    this.form.addEventListener("input", () => this.revalidate());
     this.form.addEventListener("submit", (event) => {
       event.preventDefault();
       void this.submit();
@@ -200,6 +202,23 @@ export class SettingsDialog {
       this.showError(errorMessage(error));
     } finally {
       this.saveButton.disabled = false;
+    }
+  }
+
+  private revalidate(): void {
+    this.showError(null);
+    const limits = this.limits.get();
+    if (!limits) return;
+    const errors = validateSettings(this.read(), limits);
+    for (const [key, error] of this.errors) {
+      if (error.hidden) continue;
+      const message = errors[key];
+      if (message) this.showFieldError(key, message);
+      else {
+        error.textContent = "";
+        error.hidden = true;
+        this.inputs.get(key)?.removeAttribute("aria-invalid");
+      }
     }
   }
 
