@@ -23,6 +23,8 @@ pub const MAX_ATTACHMENT_BYTES: u64 = 50_000_000;
 const THUMBNAIL_SIDE: u32 = 256;
 /// Previews of sent attachments kept in memory.
 const THUMBNAIL_CACHE: usize = 256;
+/// Longest side of an attachment shown full size (larger images are scaled down to it).
+const VIEW_SIDE: u32 = 2048;
 
 /// An image ready to send with the next message.
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
@@ -185,6 +187,17 @@ impl Attachments {
         }
         previews.insert(hash, url.clone());
         Ok(url)
+    }
+}
+
+impl Attachments {
+    /// An attachment of a saved message as a data URL, full size (up to [`VIEW_SIDE`]).
+    pub fn full_view(&self, attachment_id: &str) -> Result<String, Error> {
+        let path = self.store.attachment_path(attachment_id)?;
+        let bytes = fs::read(&path).map_err(|e| {
+            Error::Invalid(format!("the attached image is missing from app data ({e})"))
+        })?;
+        Ok(data_url(&engine::image::thumbnail(&bytes, VIEW_SIDE)?.png))
     }
 }
 

@@ -215,6 +215,13 @@ pub async fn attachment_thumbnail(
     blocking(move || attachments.preview(&attachment_id)).await
 }
 
+/// An attachment of a saved message, full size, as a data URL.
+#[tauri::command]
+pub async fn attachment_view(state: Shared<'_>, attachment_id: String) -> Result<String, Error> {
+    let attachments = state.attachments.clone();
+    blocking(move || attachments.full_view(&attachment_id)).await
+}
+
 /// Opens an http(s) link in the system browser; the UI asks the user first.
 #[tauri::command]
 pub fn open_link(app: AppHandle, url: String) -> Result<(), Error> {

@@ -74,6 +74,7 @@ fn run() -> anyhow::Result<()> {
             commands::add_pasted_image,
             commands::remove_pending_attachment,
             commands::attachment_thumbnail,
+            commands::attachment_view,
             commands::open_link,
         ])
         .build(tauri::generate_context!())

@@ -183,6 +183,11 @@ export function removePendingAttachment(id: string): Promise<void> {
   return call("remove_pending_attachment", { id });
 }
 
+/** A `data:` URL of a saved attachment, full size (up to 2048 pixels a side). */
+export function attachmentView(attachmentId: string): Promise<string> {
+  return call("attachment_view", { attachmentId });
+}
+
 /** A `data:` URL of a saved attachment's thumbnail. */
 export function attachmentThumbnail(attachmentId: string): Promise<string> {
   return call("attachment_thumbnail", { attachmentId });

@@ -767,6 +767,17 @@ describe("attachments", () => {
     const shown = messages()[0]?.querySelector<HTMLImageElement>('[data-testid="message-attachment"]');
     expect(shown?.getAttribute("src")).toBe("data:image/png;base64,a-p1");
     expect(callsOf("attachment_thumbnail").at(-1)?.args).toEqual({ attachmentId: "a-p1" });
+
+    // A click shows it full size; Close (or Esc) closes it.
+    click(shown?.closest("button") ?? null);
+    await settle();
+    const viewer = $("image-viewer") as HTMLDialogElement;
+    expect(viewer.open).toBe(true);
+    expect(viewer.querySelector("img")?.getAttribute("src")).toBe("data:image/png;base64,full-a-p1");
+    expect(callsOf("attachment_view").at(-1)?.args).toEqual({ attachmentId: "a-p1" });
+    click($("image-viewer-close"));
+    await settle();
+    expect($("image-viewer")).toBeNull();
   });
 
   it("sends pasted images to the backend as raw bytes", async () => {

@@ -101,6 +101,7 @@ export class App {
         edit: (message, text) => void this.edit(message, text),
         stop: () => void this.stop(),
         thumbnail: (attachment) => this.thumbnail(attachment),
+        view: (attachment) => void this.viewImage(attachment),
       },
       el(
         "div",
@@ -459,6 +460,32 @@ export class App {
       if (this.state.chat.get().id === conversation.id) this.newChat();
     } catch (error) {
       this.toasts.show(`Could not delete the chat: ${errorMessage(error)}`);
+    }
+  }
+
+  /** Shows an attached image full size in a dialog; Esc, Close or a click outside it closes it. */
+  private async viewImage(attachment: Attachment): Promise<void> {
+    const image = el("img", { class: "image-viewer-image", alt: attachment.fileName || "Attached image" });
+    const close = el("button", { type: "button", "data-testid": "image-viewer-close" }, "Close");
+    const dialog = el(
+      "dialog",
+      { class: "image-viewer", "aria-label": "Attached image", "data-testid": "image-viewer" },
+      image,
+      el("div", { class: "dialog-actions" }, close),
+    );
+    close.addEventListener("click", () => dialog.close());
+    dialog.addEventListener("click", (event) => {
+      if (event.target === dialog) dialog.close();
+    });
+    dialog.addEventListener("close", () => dialog.remove());
+    this.root.append(dialog);
+    dialog.showModal();
+    close.focus();
+    try {
+      image.src = await api.attachmentView(attachment.id);
+    } catch (error) {
+      dialog.close();
+      this.toasts.show(`Could not show the image: ${errorMessage(error)}`);
     }
   }
 

@@ -124,6 +124,7 @@ export class FakeBackend {
       mlxPeakBytes: 3_100_000_000,
     }));
     handle("attachment_thumbnail", ({ attachmentId }) => `data:image/png;base64,${String(attachmentId)}`);
+    handle("attachment_view", ({ attachmentId }) => `data:image/png;base64,full-${String(attachmentId)}`);
     handle("remove_pending_attachment", () => undefined);
     handle("open_link", () => undefined);
     handle("pick_images", () => []);

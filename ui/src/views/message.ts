@@ -16,6 +16,8 @@ export interface MessageActions {
   stop(message: Message): void;
   /** A `data:` URL for an attachment's thumbnail. */
   thumbnail(attachment: Attachment): Promise<string>;
+  /** Shows an attachment full size. */
+  view(attachment: Attachment): void;
 }
 
 /** What a message shows beyond its own data. */
@@ -119,7 +121,13 @@ export class MessageView {
           image.classList.add("missing");
         },
       );
-      list.append(image);
+      const open = el(
+        "button",
+        { type: "button", class: "attachment-open", "aria-label": "View the image full size", title: "View full size" },
+        image,
+      );
+      open.addEventListener("click", () => this.actions.view(attachment));
+      list.append(open);
     }
     return list;
   }
