@@ -456,6 +456,18 @@ fn an_attached_image_is_sent_to_the_model_and_kept_with_the_message() {
         .preview(&message.attachments[0].id)
         .unwrap()
         .starts_with("data:image/png"));
+    // Shown full size: the whole image, every pixel of it.
+    let full = h
+        .state
+        .attachments
+        .full_view(&message.attachments[0].id)
+        .unwrap();
+    let encoded = full.strip_prefix("data:image/png;base64,").unwrap();
+    let bytes =
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, encoded).unwrap();
+    let shown = image::load_from_memory(&bytes).unwrap().to_rgb8();
+    assert_eq!(shown.dimensions(), (96, 64));
+    assert_eq!(shown.get_pixel(50, 30), &image::Rgb([220, 30, 30]));
     // Sent attachments are no longer pending.
     assert!(h.state.attachments.resolve(&[pending.id]).is_err());
 }
