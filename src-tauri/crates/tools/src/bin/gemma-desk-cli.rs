@@ -292,15 +292,20 @@ fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<(
     let cancel = Arc::new(AtomicBool::new(false));
     let answering = Arc::new(AtomicBool::new(false));
     {
+        // Ctrl+C is read on a thread of its own (signal-hook: plain POSIX signals, nothing
+        // platform-specific), which decides what it means now.
+        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT])
+            .context("listening for Ctrl+C")?;
         let (cancel, answering) = (cancel.clone(), answering.clone());
-        ctrlc::set_handler(move || {
-            if answering.load(Ordering::SeqCst) {
-                cancel.store(true, Ordering::SeqCst);
-            } else {
-                eprint!("\n(Ctrl+D or /bye leaves)\n> ");
+        std::thread::spawn(move || {
+            for _ in signals.forever() {
+                if answering.load(Ordering::SeqCst) {
+                    cancel.store(true, Ordering::SeqCst);
+                } else {
+                    eprint!("\n(Ctrl+D or /bye leaves)\n> ");
+                }
             }
-        })
-        .context("installing the Ctrl+C handler")?;
+        });
     }
     eprintln!(
         "Chatting with {}. Ctrl+C stops an answer; Ctrl+D or /bye leaves.",
