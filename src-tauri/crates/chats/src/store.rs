@@ -347,31 +347,42 @@ impl Store {
         if delta.is_empty() {
             return Ok(());
         }
-        self.with("saving streamed text", |inner| {
-            let updated = inner
-                .conn
-                .prepare_cached(
-                    "UPDATE messages SET text = text || ?2 WHERE id = ?1 AND status = 'streaming'",
-                )?
-                .execute(params![message_id, delta])?;
-            match updated {
-                0 => Err(not_streaming(&inner.conn, message_id)?),
-                _ => Ok(()),
-            }
-        })
+        self.update_streaming(
+            "saving streamed text",
+            "text = text || ?2",
+            message_id,
+            delta,
+        )
     }
 
     /// Keeps the token ids the model generated for a streaming answer (before it is
     /// finished), so that the next turn can give the model exactly those ids again.
     pub fn set_generated_ids(&self, message_id: &str, ids: &[u32]) -> Result<()> {
         let bytes = ids_to_bytes(ids);
-        self.with("saving an answer's token ids", |inner| {
+        self.update_streaming(
+            "saving an answer's token ids",
+            "generated = ?2",
+            message_id,
+            bytes,
+        )
+    }
+
+    /// One `UPDATE messages SET {set}` of a streaming answer (`?2` is `value`); an answer that
+    /// is not streaming (finished, deleted) is an error saying which.
+    fn update_streaming(
+        &self,
+        what: &'static str,
+        set: &str,
+        message_id: &str,
+        value: impl rusqlite::ToSql,
+    ) -> Result<()> {
+        self.with(what, |inner| {
             let updated = inner
                 .conn
-                .prepare_cached(
-                    "UPDATE messages SET generated = ?2 WHERE id = ?1 AND status = 'streaming'",
-                )?
-                .execute(params![message_id, bytes])?;
+                .prepare_cached(&format!(
+                    "UPDATE messages SET {set} WHERE id = ?1 AND status = 'streaming'"
+                ))?
+                .execute(params![message_id, value])?;
             match updated {
                 0 => Err(not_streaming(&inner.conn, message_id)?),
                 _ => Ok(()),
