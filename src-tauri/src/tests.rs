@@ -62,9 +62,19 @@ impl Harness {
     }
 
     fn send(&self, text: &str, settings: &Settings) -> Result<Sent, Error> {
+        self.send_to(None, text, settings)
+    }
+
+    /// Sends `text` in `conversation` (`None`: a new one), without attachments.
+    fn send_to(
+        &self,
+        conversation: Option<&str>,
+        text: &str,
+        settings: &Settings,
+    ) -> Result<Sent, Error> {
         self.state.chat.send(
             SendRequest {
-                conversation_id: None,
+                conversation_id: conversation.map(str::to_owned),
                 text: text.into(),
                 attachment_ids: vec![],
             },
@@ -291,16 +301,7 @@ fn a_second_message_while_answering_is_refused_visibly_and_nothing_is_saved() {
     let sent = h.send("First", &long()).unwrap();
 
     let err = h
-        .state
-        .chat
-        .send(
-            SendRequest {
-                conversation_id: Some(sent.conversation.id.clone()),
-                text: "Second".into(),
-                attachment_ids: vec![],
-            },
-            &short(),
-        )
+        .send_to(Some(&sent.conversation.id), "Second", &short())
         .unwrap_err();
 
     assert_eq!(err.kind(), ErrorKind::Busy);
@@ -325,18 +326,7 @@ fn regenerate_replaces_the_last_answer_and_edit_drops_what_followed() {
     let first = h.send("Question one", &short()).unwrap();
     h.finish(first.generation_id);
     let id = first.conversation.id.clone();
-    let follow = h
-        .state
-        .chat
-        .send(
-            SendRequest {
-                conversation_id: Some(id.clone()),
-                text: "Question two".into(),
-                attachment_ids: vec![],
-            },
-            &short(),
-        )
-        .unwrap();
+    let follow = h.send_to(Some(&id), "Question two", &short()).unwrap();
     h.finish(follow.generation_id);
 
     let again = h.state.chat.regenerate(&id, &short()).unwrap();
@@ -585,18 +575,7 @@ fn a_message_holding_every_control_token_is_answered_and_kept_verbatim() {
         .store
         .add_message(&id, Role::Assistant, &typed, &[])
         .unwrap();
-    let next = h
-        .state
-        .chat
-        .send(
-            SendRequest {
-                conversation_id: Some(id.clone()),
-                text: "And now?".into(),
-                attachment_ids: vec![],
-            },
-            &short(),
-        )
-        .unwrap();
+    let next = h.send_to(Some(&id), "And now?", &short()).unwrap();
     let events = h.finish(next.generation_id);
     assert!(
         matches!(events.last(), Some(GenerationEvent::Done { .. })),
@@ -668,18 +647,7 @@ fn a_follow_up_after_a_long_answer_reuses_the_whole_history() {
     let ids = answer.generated.expect("the answer's token ids are kept");
     assert_eq!(ids.len(), first.generated_tokens as usize);
 
-    let follow_up = h
-        .state
-        .chat
-        .send(
-            SendRequest {
-                conversation_id: Some(id.clone()),
-                text: "And backwards?".into(),
-                attachment_ids: vec![],
-            },
-            &settings,
-        )
-        .unwrap();
+    let follow_up = h.send_to(Some(&id), "And backwards?", &settings).unwrap();
     let events = h.finish(follow_up.generation_id);
     let Some(GenerationEvent::Done { usage, .. }) = events.last() else {
         panic!("{events:?}");
@@ -715,16 +683,7 @@ fn a_conversation_that_outgrows_the_context_offers_a_new_chat_not_a_shorter_mess
         ..roomy
     };
     let follow_up = h
-        .state
-        .chat
-        .send(
-            SendRequest {
-                conversation_id: Some(sent.conversation.id.clone()),
-                text: "And then?".into(),
-                attachment_ids: vec![],
-            },
-            &tight,
-        )
+        .send_to(Some(&sent.conversation.id), "And then?", &tight)
         .unwrap();
     let events = h.finish(follow_up.generation_id);
     let Some(GenerationEvent::Error { error, .. }) = events.last() else {

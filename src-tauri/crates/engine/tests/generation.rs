@@ -451,6 +451,29 @@ fn the_token_stream_hands_out_the_generators_ids_and_says_why_it_ended() {
     assert_eq!(stream.end(), Some(StreamEnd::Cancelled));
 }
 
+/// The greedy answer to `prompt` in `session`: its ids, its streamed text and its usage.
+fn greedy_answer(
+    m: &LoadedModel,
+    session: &mut Session,
+    prompt: &engine::worker::Prompt,
+    max_tokens: usize,
+) -> (Vec<u32>, String, engine::generate::Usage) {
+    let (mut ids, mut text) = (Vec::new(), String::new());
+    let usage = m
+        .generate(
+            session,
+            prompt,
+            &greedy(max_tokens),
+            &AtomicBool::new(false),
+            |d| {
+                ids.extend(d.token);
+                text.push_str(&d.text);
+            },
+        )
+        .unwrap();
+    (ids, text, usage)
+}
+
 /// A greedy answer to `question` of up to `max_tokens` ids, cut before its first control id
 /// (a random-weight model emits some; a real answer's hidden control ids are never written
 /// back into a prompt, so reuse stops there).
@@ -458,15 +481,7 @@ fn long_answer(m: &LoadedModel, question: &str, max_tokens: usize) -> Vec<u32> {
     let prompt = m
         .prompt(&[Message::text(Role::User, question)], false, &[])
         .unwrap();
-    let mut ids = Vec::new();
-    m.generate(
-        &mut Session::new(&m.model),
-        &prompt,
-        &greedy(max_tokens),
-        &AtomicBool::new(false),
-        |d| ids.extend(d.token),
-    )
-    .unwrap();
+    let (mut ids, _, _) = greedy_answer(m, &mut Session::new(&m.model), &prompt, max_tokens);
     let plain = ids
         .iter()
         .take_while(|&&id| !m.tokenizer.is_special(id))
@@ -478,7 +493,6 @@ fn long_answer(m: &LoadedModel, question: &str, max_tokens: usize) -> Vec<u32> {
 #[test]
 fn a_follow_up_after_a_long_answer_reuses_the_whole_history() {
     let m = common::load_f32();
-    let cancel = AtomicBool::new(false);
     let question = "What is the capital of France?";
     // Longer than the sliding window and its rewind slack together: the tiny model's window
     // is 32, so this answer pushes everything before it out of the sliding caches.
@@ -492,12 +506,7 @@ fn a_follow_up_after_a_long_answer_reuses_the_whole_history() {
     let first = m
         .prompt(&[Message::text(Role::User, question)], false, &[])
         .unwrap();
-    let (mut again, mut text) = (Vec::new(), String::new());
-    m.generate(&mut session, &first, &greedy(answer.len()), &cancel, |d| {
-        again.extend(d.token);
-        text.push_str(&d.text);
-    })
-    .unwrap();
+    let (again, text, _) = greedy_answer(&m, &mut session, &first, answer.len());
     assert_eq!(again, answer);
     let history = session.tokens().to_vec();
 
@@ -509,26 +518,13 @@ fn a_follow_up_after_a_long_answer_reuses_the_whole_history() {
     ];
     let second = m.prompt(&messages, false, &[]).unwrap();
     assert_eq!(&second.ids[..history.len()], history.as_slice());
-    let mut reused_answer = Vec::new();
-    let usage = m
-        .generate(&mut session, &second, &greedy(8), &cancel, |d| {
-            reused_answer.extend(d.token)
-        })
-        .unwrap();
+    let (reused_answer, _, usage) = greedy_answer(&m, &mut session, &second, 8);
     assert_eq!(
         usage.reused_tokens,
         history.len(),
         "the whole history was reused"
     );
-    let mut fresh_answer = Vec::new();
-    m.generate(
-        &mut Session::new(&m.model),
-        &second,
-        &greedy(8),
-        &cancel,
-        |d| fresh_answer.extend(d.token),
-    )
-    .unwrap();
+    let (fresh_answer, _, _) = greedy_answer(&m, &mut Session::new(&m.model), &second, 8);
     assert_eq!(reused_answer, fresh_answer);
 
     // An answer the history writes differently (here: another text; in a chat, a thought the
@@ -536,29 +532,15 @@ fn a_follow_up_after_a_long_answer_reuses_the_whole_history() {
     // began — the sliding caches can no longer rewind that far themselves — and answers
     // exactly as a fresh session does.
     let mut session = Session::new(&m.model);
-    m.generate(&mut session, &first, &greedy(answer.len()), &cancel, |_| {})
-        .unwrap();
+    greedy_answer(&m, &mut session, &first, answer.len());
     let messages = vec![
         Message::text(Role::User, question),
         Message::text(Role::Assistant, "Paris."),
         Message::text(Role::User, "And of Italy?"),
     ];
     let third = m.prompt(&messages, false, &[]).unwrap();
-    let mut reused_answer = Vec::new();
-    let usage = m
-        .generate(&mut session, &third, &greedy(8), &cancel, |d| {
-            reused_answer.extend(d.token)
-        })
-        .unwrap();
+    let (reused_answer, _, usage) = greedy_answer(&m, &mut session, &third, 8);
     assert_eq!(usage.reused_tokens, first.ids.len());
-    let mut fresh_answer = Vec::new();
-    m.generate(
-        &mut Session::new(&m.model),
-        &third,
-        &greedy(8),
-        &cancel,
-        |d| fresh_answer.extend(d.token),
-    )
-    .unwrap();
+    let (fresh_answer, _, _) = greedy_answer(&m, &mut Session::new(&m.model), &third, 8);
     assert_eq!(reused_answer, fresh_answer);
 }
