@@ -98,6 +98,7 @@ $(FIXTURES)/.stamp: $(PYENV)/.installed $(wildcard tests/fixtures/*)
 	rm -rf $(FIXTURES) && mkdir -p $(FIXTURES)
 	for v in tiny tiny-optiq tiny-plmp-bf16; do \
 	  $(PYENV)/bin/python tests/fixtures/make_checkpoint.py --variant $$v --out $(FIXTURES)/$$v || exit 1; done
+	$(PYENV)/bin/python tests/fixtures/make_drafter.py --target $(FIXTURES)/tiny --out $(FIXTURES)/tiny-assistant
 	touch $@
 
 # ---------------------------------------------------------------- tests
@@ -115,6 +116,7 @@ test-ui:
 test-parity: fixtures build-all
 	$(PYENV)/bin/python tests/parity/run_all.py --cli $(CLI) --fixtures $(FIXTURES)
 	$(PYENV)/bin/python tests/parity/image_parity.py --model $(FIXTURES)/tiny --preprocess target/debug/examples/preprocess
+	$(PYENV)/bin/python tests/parity/mtp_parity.py --cli $(CLI) --model $(FIXTURES)/tiny --drafter $(FIXTURES)/tiny-assistant
 
 test-e2e: fixtures build-all
 	GEMMA_FIXTURES=$(ROOT)/$(FIXTURES) tests/e2e/run.sh $(APP)

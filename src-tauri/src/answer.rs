@@ -246,6 +246,7 @@ mod tests {
             prefill_tokens_per_second: 1.0,
             decode_tokens_per_second: 1.0,
             stop_reason,
+            speculative: None,
         }
     }
 

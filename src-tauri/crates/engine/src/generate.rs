@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::detokenize::{Detokenizer, Shown};
 use crate::sampler::SamplerConfig;
+use crate::speculative::SpeculativeStats;
 use crate::stream::{StreamEnd, TokenStream};
 use crate::tokenizer::{SpecialTokens, Tokenizer};
 
@@ -62,6 +63,9 @@ pub struct Usage {
     pub prefill_tokens_per_second: f64,
     pub decode_tokens_per_second: f64,
     pub stop_reason: StopReason,
+    /// What speculative decoding did, when the answer used a drafter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<SpeculativeStats>,
 }
 
 /// Limits and sampling of one generation.
@@ -158,5 +162,6 @@ pub fn generate(
             0.0
         },
         stop_reason,
+        speculative: stream.speculative_stats().cloned(),
     })
 }

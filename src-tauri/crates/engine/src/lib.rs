@@ -8,6 +8,7 @@ pub mod generate;
 pub mod image;
 pub mod media;
 pub mod sampler;
+pub mod speculative;
 pub mod stream;
 pub mod template;
 pub mod tokenizer;

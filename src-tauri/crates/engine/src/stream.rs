@@ -15,12 +15,17 @@ use std::time::{Duration, Instant};
 
 use gemma::{KvCache, MediaFeatures, Model};
 use mlx_rs::ops::concatenate;
-use mlx_rs::ops::indexing::IndexOp;
+use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
+use mlx_rs::Dtype;
 use mlx_rs::transforms::{async_eval, eval};
 use mlx_rs::Array;
 
 use crate::generate::{GenerateError, GenerateOptions, Result};
 use crate::sampler::Sampler;
+use crate::speculative::{
+    donor_kv, reference_drops, sliding_view, Proposer, Speculation, SpeculativeOptions,
+    SpeculativeStats,
+};
 
 /// A conversation's model state: the caches and exactly the tokens they hold.
 pub struct Session {
@@ -201,6 +206,14 @@ pub struct TokenStream<'a> {
     end: Option<StreamEnd>,
     prefill: Prefill,
     last_step: StepTimes,
+    /// The final-normed hidden state of the last prefilled position (a drafter starts there).
+    last_hidden: Option<Array>,
+    /// Whether the prefilled part of the prompt held media.
+    media: bool,
+    /// Speculative decoding, while it runs.
+    spec: Option<Speculation<'a>>,
+    /// What speculation did (kept once it has stopped).
+    spec_stats: Option<SpeculativeStats>,
 }
 
 impl<'a> TokenStream<'a> {
@@ -259,6 +272,10 @@ impl<'a> TokenStream<'a> {
                 time: Duration::ZERO,
             },
             last_step: StepTimes::default(),
+            last_hidden: None,
+            media: !media.is_empty(),
+            spec: None,
+            spec_stats: None,
         };
         let Some(logits) = stream.prefill(new, &media, options.prefill_chunk)? else {
             stream.end = Some(StreamEnd::Cancelled);
@@ -297,15 +314,20 @@ impl<'a> TokenStream<'a> {
     /// it is built and dispatched before this one is read, so the host builds step n + 1 while
     /// the device computes step n.
     pub fn next_token(&mut self) -> Result<Option<u32>> {
+        // A stop drops what a speculative round had ready: nothing reaches the caller after it.
+        if self.end.is_none() && self.cancel.load(Ordering::Relaxed) {
+            self.ready.clear();
+            self.finish(StreamEnd::Cancelled);
+            return Ok(None);
+        }
         if let Some(id) = self.ready.pop_front() {
             return Ok(Some(id));
         }
         if self.end.is_some() {
             return Ok(None);
         }
-        if self.cancel.load(Ordering::Relaxed) {
-            self.finish(StreamEnd::Cancelled);
-            return Ok(None);
+        if self.spec.is_some() {
+            return self.next_speculative();
         }
         let Some(y) = self.pending.take() else {
             let end = if self.produced >= self.room {
@@ -356,6 +378,235 @@ impl<'a> TokenStream<'a> {
     fn finish(&mut self, end: StreamEnd) {
         self.pending = None;
         self.end = Some(end);
+        if let Some(spec) = self.spec.take() {
+            self.spec_stats = Some(spec.stats);
+        }
+    }
+
+    /// The end to report once the stream may hand out nothing more.
+    fn limit_end(&self) -> StreamEnd {
+        if self.produced >= self.room {
+            StreamEnd::ContextFull
+        } else {
+            StreamEnd::MaxTokens
+        }
+    }
+
+    /// Switches the rest of the answer to speculative decoding: each round drafts
+    /// `options.block_size − 1` ids with `proposer`, checks them with one forward of the target
+    /// and hands out the accepted ones plus the target's own next id. The ids are the target's
+    /// (greedy: its argmax; sampling: one draw of its sampler per id handed out), so the answer
+    /// is what plain decoding gives. Returns false, staying plain, where it cannot run: before
+    /// the first id is handed out only, not with a repetition penalty, not once ended.
+    pub fn speculate(&mut self, proposer: Proposer<'a>, options: SpeculativeOptions) -> bool {
+        let stats = |why: &str| SpeculativeStats {
+            stopped: Some(why.into()),
+            ..SpeculativeStats::default()
+        };
+        if self.end.is_some() || self.produced > 0 || options.block_size < 2 {
+            return false;
+        }
+        if self.penalty.is_some() {
+            self.spec_stats = Some(stats("drafting is off with a repetition penalty"));
+            return false;
+        }
+        if !crate::speculative::proposer_fits(&proposer, self.model) {
+            self.spec_stats = Some(stats("the drafter does not fit this model"));
+            return false;
+        }
+        let Some(hidden) = self.last_hidden.take() else {
+            return false;
+        };
+        let Ok(feature) = hidden.reshape(&[1, 1, -1]) else {
+            return false;
+        };
+        let window = self.model.config().text.sliding_window;
+        self.spec = Some(Speculation {
+            proposer,
+            options,
+            feature,
+            bonus: None,
+            first_round: true,
+            media: self.media,
+            // The reference's sliding cache starts after the prompt's first `len − window`.
+            dropped: self.session.tokens.len() > window,
+            stats: SpeculativeStats::default(),
+        });
+        true
+    }
+
+    /// What speculative decoding did, when it was asked for.
+    pub fn speculative_stats(&self) -> Option<&SpeculativeStats> {
+        self.spec.as_ref().map(|s| &s.stats).or(self.spec_stats.as_ref())
+    }
+
+    /// [`Self::next_token`] while speculating: the first id as sampled after prefill, then a
+    /// round whenever the ready ids run out.
+    fn next_speculative(&mut self) -> Result<Option<u32>> {
+        let first = self.spec.as_ref().is_some_and(|s| s.bonus.is_none());
+        if first {
+            let Some(y) = self.pending.take() else {
+                self.finish(self.limit_end());
+                return Ok(None);
+            };
+            let token: u32 = y
+                .try_item_exact::<u32>()
+                .map_err(|e| GenerateError::Token(e.to_string()))?;
+            if let Some(spec) = self.spec.as_mut() {
+                spec.bonus = Some(token);
+            }
+            self.produced += 1;
+            return Ok(Some(token));
+        }
+        if self.produced >= self.limit {
+            self.finish(self.limit_end());
+            return Ok(None);
+        }
+        let started = Instant::now();
+        self.round()?;
+        self.last_step = StepTimes {
+            build: started.elapsed(),
+            ..StepTimes::default()
+        };
+        let stop = self.spec.as_ref().and_then(|s| s.should_stop());
+        if let Some(why) = stop {
+            self.stop_speculating(why)?;
+        }
+        Ok(self.ready.pop_front())
+    }
+
+    /// Leaves speculation for plain decoding: the last id handed out is fed forward as a
+    /// plain step would have.
+    fn stop_speculating(&mut self, why: String) -> Result<()> {
+        let Some(mut spec) = self.spec.take() else {
+            return Ok(());
+        };
+        spec.stats.stopped = Some(why);
+        let bonus = spec.bonus;
+        self.spec_stats = Some(spec.stats);
+        let Some(bonus) = bonus else {
+            return Ok(());
+        };
+        let handed_out = self.produced; // the ready ids count as handed out
+        if handed_out < self.limit {
+            let y = Array::from_slice(&[bonus], &[1]);
+            let logits = self
+                .model
+                .forward_array(&y, &mut self.session.caches, None)?;
+            let next = self.sampler.sample(&logits, &self.history())?;
+            async_eval([&next])?;
+            self.session.tokens.push(bonus);
+            self.pending = Some(next);
+        }
+        Ok(())
+    }
+
+    /// One round: draft, verify in one forward, accept the longest agreeing prefix, roll the
+    /// caches back over the rest, queue the ids.
+    fn round(&mut self) -> Result<()> {
+        let Some(spec) = self.spec.as_mut() else {
+            return Ok(());
+        };
+        let Some(bonus) = spec.bonus else {
+            return Ok(());
+        };
+        let model = self.model;
+        let kv = self.session.tokens.len();
+        let budget = self.limit - self.produced;
+        let rows = spec.options.block_size.min(budget + 1).max(2);
+        let n = rows - 1;
+        let window = model.config().text.sliding_window;
+
+        // Draft.
+        let drafts = match &spec.proposer {
+            Proposer::Mtp(drafter) => {
+                let view = sliding_view(kv, window, spec.first_round, spec.media, spec.dropped);
+                let donor = donor_kv(&self.session.caches, drafter, view, kv)?;
+                let mut token = Array::from_slice(&[bonus], &[1]);
+                let mut feature = spec.feature.clone();
+                let mut out = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let (next, id) =
+                        drafter.step(model, &token, &feature, &donor, kv.saturating_sub(1))?;
+                    feature = next;
+                    token = id.as_dtype(Dtype::Uint32)?;
+                    out.push(token.clone());
+                }
+                concatenate(&out, 0)?
+            }
+            Proposer::Script(script) => {
+                let ids = script.drafts(spec.stats.rounds, self.produced, n);
+                Array::from_slice(&ids, &[n as i32])
+            }
+        };
+        if reference_drops(kv, rows, window, spec.options.block_size) {
+            spec.dropped = true;
+        }
+        spec.first_round = false;
+
+        // Verify: one forward over [bonus, drafts…].
+        let ids = concatenate(&[Array::from_slice(&[bonus], &[1]), drafts.clone()], 0)?;
+        let (hidden, logits) = model.forward_array_with_hidden(&ids, &mut self.session.caches)?;
+        let greedy = self.sampler.config().temperature == 0.0;
+        let targets = if greedy {
+            Some(argmax_axis(logits.as_dtype(Dtype::Float32)?, -1, None)?)
+        } else {
+            None
+        };
+        let mut to_eval: Vec<&Array> = vec![&drafts, &hidden, &logits];
+        to_eval.extend(targets.iter());
+        to_eval.extend(self.session.caches.iter().flat_map(|c| c.arrays()));
+        eval(to_eval)?;
+        let drafted: Vec<u32> = drafts.as_slice::<u32>().to_vec();
+        let targets: Option<Vec<u32>> = match targets {
+            Some(t) => Some(t.as_dtype(Dtype::Uint32)?.as_slice::<u32>().to_vec()),
+            None => None,
+        };
+
+        // Accept while the draft is the target's own next id.
+        let mut emitted = Vec::with_capacity(rows);
+        let mut accepted = 0;
+        for pos in 0..rows {
+            let target: u32 = match &targets {
+                Some(t) => t[pos],
+                None => {
+                    let row = logits.index(pos as i32..pos as i32 + 1);
+                    let draw = self.sampler.sample(&row, &self.history())?;
+                    draw.try_item_exact::<u32>()
+                        .map_err(|e| GenerateError::Token(e.to_string()))?
+                }
+            };
+            emitted.push(target);
+            if pos < n && drafted[pos] == target {
+                accepted += 1;
+            } else {
+                break;
+            }
+        }
+
+        // Keep the bonus and the accepted drafts in the caches; drop the rest.
+        let rejected = rows - (accepted + 1);
+        for cache in self.session.caches.iter_mut() {
+            cache.trim(rejected)?;
+        }
+        self.session.tokens.push(bonus);
+        self.session
+            .tokens
+            .extend_from_slice(&drafted[..accepted]);
+        emitted.truncate(budget);
+        let spec = self.spec.as_mut().expect("speculating");
+        spec.feature = hidden
+            .index(accepted as i32..accepted as i32 + 1)
+            .reshape(&[1, 1, -1])?;
+        spec.bonus = emitted.last().copied();
+        spec.stats.rounds += 1;
+        spec.stats.drafted += n;
+        spec.stats.accepted += accepted;
+        spec.stats.accepted_per_round.push(accepted);
+        spec.stats.drafts.push(drafted);
+        self.produced += emitted.len();
+        self.ready.extend(emitted);
+        Ok(())
     }
 
     fn history(&self) -> Array {
@@ -398,11 +649,15 @@ impl<'a> TokenStream<'a> {
                     features: f,
                 })
                 .collect();
-            let out = self
-                .model
-                .forward(part, &chunk_media, &mut self.session.caches, Some(1))?;
+            let (hidden, out) = self.model.forward_with_hidden(
+                part,
+                &chunk_media,
+                &mut self.session.caches,
+                Some(1),
+            )?;
             eval_with_caches(&self.session.caches, &out)?;
             self.session.tokens.extend_from_slice(part);
+            self.last_hidden = Some(hidden);
             logits = Some(out);
             done = end;
         }

@@ -13,12 +13,13 @@ use crate::generate::{generate, Delta, GenerateError, GenerateOptions, Usage};
 use crate::image::Preprocessed;
 use crate::media::FeatureCache;
 use crate::sampler::SamplerConfig;
+use crate::speculative::{Proposer, SpeculativeOptions};
 use crate::stream::{Images, Session, TokenStream};
 use crate::template::{
     expand_image_placeholders, ChatTemplate, Message, Part, RenderOptions, Role,
 };
 use crate::tokenizer::{SpecialTokens, Tokenizer};
-use gemma::{LoadOptions, Model};
+use gemma::{Drafter, LoadOptions, Model};
 
 /// Errors the engine reports (also inside events).
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +56,8 @@ pub struct LoadedModel {
     pub template: ChatTemplate,
     pub specials: SpecialTokens,
     features: RefCell<FeatureCache>,
+    /// The MTP drafter every answer speculates with, when one is set.
+    drafter: Option<(Drafter, SpeculativeOptions)>,
 }
 
 /// A conversation ready for generation: its ids, each image placeholder already expanded to its
@@ -89,7 +92,34 @@ impl LoadedModel {
             template,
             specials,
             features: RefCell::new(FeatureCache::new(IMAGE_FEATURES_KEPT)),
+            drafter: None,
         })
+    }
+
+    /// Loads the MTP drafter in `dir` for this model (refused, with the reason, when it does
+    /// not fit) and speculates with it from the next answer on.
+    pub fn load_drafter(
+        &mut self,
+        dir: &Path,
+        options: Option<SpeculativeOptions>,
+    ) -> Result<(), EngineError> {
+        let drafter = Drafter::load(dir, &self.model)?;
+        let options = options.unwrap_or_else(|| SpeculativeOptions {
+            block_size: drafter.block_size(),
+            ..SpeculativeOptions::default()
+        });
+        self.drafter = Some((drafter, options));
+        Ok(())
+    }
+
+    /// Stops speculating (the drafter is dropped).
+    pub fn unload_drafter(&mut self) {
+        self.drafter = None;
+    }
+
+    /// The drafter in use and its options, if any.
+    pub fn drafter(&self) -> Option<&(Drafter, SpeculativeOptions)> {
+        self.drafter.as_ref()
     }
 
     /// The one way a conversation becomes ids: the checkpoint's template renders it, and
@@ -145,14 +175,12 @@ impl LoadedModel {
             }),
             _ => None,
         };
-        Ok(TokenStream::start(
-            model,
-            session,
-            &prompt.ids,
-            bound.as_mut(),
-            options,
-            cancel,
-        )?)
+        let mut stream =
+            TokenStream::start(model, session, &prompt.ids, bound.as_mut(), options, cancel)?;
+        if let Some((drafter, options)) = &self.drafter {
+            stream.speculate(Proposer::Mtp(drafter), options.clone());
+        }
+        Ok(stream)
     }
 
     /// Answers `prompt`: the token stream under the generator (text deltas through `on_delta`,

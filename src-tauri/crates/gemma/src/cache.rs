@@ -176,6 +176,23 @@ impl KvCache {
         }
     }
 
+    /// Keys and values of the absolute positions `start..end` (`end` ≤ [`Self::offset`]),
+    /// dequantized when stored quantized: what a reader outside the forward pass (the
+    /// speculative drafter) attends. Errors when the cache no longer holds them all.
+    pub fn positions(&self, start: usize, end: usize) -> Result<(Array, Array)> {
+        let b = self.buffer();
+        let held = b.offset - b.len();
+        if start > end || end > b.offset || start < held {
+            return Err(Error::Input(format!(
+                "the cache holds positions {held}..{}, not {start}..{end}",
+                b.offset
+            )));
+        }
+        let (k, v) = b.fetch(Some(b.offset - start))?;
+        let n = (end - start) as i32;
+        Ok((k.index((.., .., ..n, ..)), v.index((.., .., ..n, ..))))
+    }
+
     /// Drops the last `n` positions.
     pub fn trim(&mut self, n: usize) -> Result<()> {
         if !self.can_trim(n) {

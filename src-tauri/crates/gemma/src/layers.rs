@@ -85,7 +85,7 @@ pub fn layer_table(text: &TextConfig) -> Result<Vec<LayerSpec>> {
     Ok(table)
 }
 
-fn rope_for(text: &TextConfig, kind: AttentionKind, head_dim: usize) -> Result<Rope> {
+pub(crate) fn rope_for(text: &TextConfig, kind: AttentionKind, head_dim: usize) -> Result<Rope> {
     let name = kind_name(kind);
     let params = text
         .rope_parameters

@@ -4,6 +4,7 @@ pub mod attention;
 pub mod cache;
 pub mod config;
 mod decoder;
+pub mod drafter;
 pub mod error;
 mod fused;
 pub mod layers;
@@ -16,6 +17,7 @@ pub mod weights;
 
 pub use cache::KvCache;
 pub use config::Config;
+pub use drafter::{DonorKv, Donors, Drafter};
 pub use error::{Error, Result};
 pub use model::{LoadOptions, Model};
 pub use text::MediaFeatures;

@@ -123,6 +123,53 @@ impl Model {
         caches: &mut [KvCache],
         keep: Option<usize>,
     ) -> Result<Array> {
+        self.check_ids(ids, media)?;
+        let placeholders = self.text.has_placeholders(ids);
+        let ids = Array::from_slice(ids, &[ids.len() as i32]);
+        self.text
+            .forward(&ids, media, caches, keep, placeholders, &self.tuning)
+    }
+
+    /// [`Self::forward`] that also returns the final-normed hidden states of the same rows:
+    /// `(hidden [rows, hidden], logits [rows, vocab])`.
+    pub fn forward_with_hidden(
+        &self,
+        ids: &[u32],
+        media: &[MediaFeatures<'_>],
+        caches: &mut [KvCache],
+        keep: Option<usize>,
+    ) -> Result<(Array, Array)> {
+        self.check_ids(ids, media)?;
+        let placeholders = self.text.has_placeholders(ids);
+        let ids = Array::from_slice(ids, &[ids.len() as i32]);
+        let h = self
+            .text
+            .forward_normed(&ids, media, caches, keep, placeholders, &self.tuning)?;
+        let logits = self.text.head(&h, &self.tuning)?;
+        Ok((h, logits))
+    }
+
+    /// [`Self::forward_array`] over every row, with the final-normed hidden states:
+    /// `(hidden [T, hidden], logits [T, vocab])` — a speculative round's verify.
+    pub fn forward_array_with_hidden(
+        &self,
+        ids: &Array,
+        caches: &mut [KvCache],
+    ) -> Result<(Array, Array)> {
+        let h = self
+            .text
+            .forward_normed(ids, &[], caches, None, false, &self.tuning)?;
+        let logits = self.text.head(&h, &self.tuning)?;
+        Ok((h, logits))
+    }
+
+    /// Token embeddings `[T, hidden]` of device-resident ids, scaled as the decoder's input.
+    pub fn embed(&self, ids: &Array) -> Result<Array> {
+        self.text.embed(ids, &[])
+    }
+
+    /// Ids must be in the vocabulary and media placeholder counts must match feature rows.
+    fn check_ids(&self, ids: &[u32], media: &[MediaFeatures<'_>]) -> Result<()> {
         let vocab = self.config.text.vocab_size as u32;
         if let Some(bad) = ids.iter().find(|&&id| id >= vocab) {
             return Err(Error::Input(format!(
@@ -139,10 +186,7 @@ impl Model {
                 )));
             }
         }
-        let placeholders = self.text.has_placeholders(ids);
-        let ids = Array::from_slice(ids, &[ids.len() as i32]);
-        self.text
-            .forward(&ids, media, caches, keep, placeholders, &self.tuning)
+        Ok(())
     }
 
     /// Forward over device-resident ids (`[T]` integers, e.g. the token just sampled), without

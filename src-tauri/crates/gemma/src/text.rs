@@ -219,6 +219,21 @@ impl TextModel {
         placeholders: bool,
         tuning: &Tuning,
     ) -> Result<Array> {
+        let h = self.forward_normed(ids, media, caches, keep, placeholders, tuning)?;
+        self.head(&h, tuning)
+    }
+
+    /// [`Self::forward`] up to the final norm: the hidden state the head reads, `[rows, hidden]`
+    /// (what the speculative drafter starts from).
+    pub fn forward_normed(
+        &self,
+        ids: &Array,
+        media: &[MediaFeatures<'_>],
+        caches: &mut [KvCache],
+        keep: Option<usize>,
+        placeholders: bool,
+        tuning: &Tuning,
+    ) -> Result<Array> {
         let len = ids.size();
         if len == 0 {
             return Err(Error::Input("no tokens to process".into()));
@@ -298,12 +313,18 @@ impl TextModel {
             }
         }
         let h = fast::rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?;
-        let mut logits = self.embed_tokens.as_linear(&h, tuning)?;
+        let rows = h.shape()[1];
+        Ok(h.reshape(&[rows, -1])?)
+    }
+
+    /// Logits `[rows, vocab]` of final-normed hidden states `[rows, hidden]`: the tied head and
+    /// the soft cap.
+    pub fn head(&self, h: &Array, tuning: &Tuning) -> Result<Array> {
+        let mut logits = self.embed_tokens.as_linear(h, tuning)?;
         if let Some(cap) = &self.scales.softcap {
             logits = softcap(&logits, cap)?;
         }
-        let rows = logits.shape()[1];
-        Ok(logits.reshape(&[rows, -1])?)
+        Ok(logits)
     }
 
     /// Per-layer inputs `[1, T, layers, per_layer_width]`: a token part (from the per-layer

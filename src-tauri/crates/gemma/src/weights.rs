@@ -320,6 +320,22 @@ impl WeightStore {
         })
     }
 
+    /// The first tensor stored quantized (packed words, or a module's `scales`), if any.
+    pub fn first_quantized(&self) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(name, h)| h.dtype == safetensors::Dtype::U32 || name.ends_with(".scales"))
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// Elements of every tensor in the checkpoint.
+    pub fn parameter_count(&self) -> usize {
+        self.headers
+            .values()
+            .map(|h| h.shape.iter().product::<usize>())
+            .sum()
+    }
+
     /// Declared dtype of `name`, if present.
     pub fn header_dtype(&self, name: &str) -> Option<safetensors::Dtype> {
         self.headers.get(name).map(|h| h.dtype)
@@ -460,6 +476,7 @@ impl<'a> Weights<'a> {
     pub fn placeholder(&self, shape: &[usize], kind: DtypeClass) -> Result<Array> {
         let dtype = match kind {
             DtypeClass::U32 => Dtype::Uint32,
+            DtypeClass::Int => Dtype::Int32,
             DtypeClass::Float => self.dtype,
         };
         let shape: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
@@ -505,6 +522,8 @@ pub enum DtypeClass {
     U32,
     /// Floating-point weights, scales and biases.
     Float,
+    /// Integer buffers (a drafter's token ordering).
+    Int,
 }
 
 impl DtypeClass {
@@ -513,12 +532,14 @@ impl DtypeClass {
         match self {
             DtypeClass::U32 => dtype == D::U32,
             DtypeClass::Float => matches!(dtype, D::BF16 | D::F16 | D::F32),
+            DtypeClass::Int => matches!(dtype, D::I64 | D::I32),
         }
     }
     fn describe(self) -> &'static str {
         match self {
             DtypeClass::U32 => "U32 (packed quantized weights)",
             DtypeClass::Float => "a float type (BF16, F16 or F32)",
+            DtypeClass::Int => "an integer type (I64 or I32)",
         }
     }
 }

@@ -12,6 +12,7 @@ use engine::generate::{GenerateOptions, StopReason};
 use engine::image::{preprocess_path, SoftTokenBudget};
 use engine::media::FeatureCache;
 use engine::sampler::SamplerConfig;
+use engine::speculative::SpeculativeOptions;
 use engine::stream::{placeholder_runs, Session};
 use engine::template::{Message, Part, Role};
 use engine::worker::LoadedModel;
@@ -69,6 +70,17 @@ struct SamplingArgs {
     /// Soft-token budget per image (70, 140, 280, 560 or 1120).
     #[arg(long, default_value_t = 280)]
     max_soft_tokens: usize,
+    /// A Gemma 4 MTP assistant drafter folder: answers are drafted by it and checked by the
+    /// model (the same tokens, faster where the device has spare compute).
+    #[arg(long)]
+    draft_model: Option<PathBuf>,
+    /// Tokens per check: the drafts plus one (default: the drafter's, 4).
+    #[arg(long, requires = "draft_model")]
+    draft_block_size: Option<usize>,
+    /// Keep drafting however few drafts are accepted (by default drafting stops for the rest
+    /// of an answer when it does not pay).
+    #[arg(long, requires = "draft_model")]
+    draft_always: bool,
 }
 
 #[derive(Subcommand)]
@@ -201,6 +213,23 @@ fn load_chat(dir: &Path, sampling: &SamplingArgs) -> Result<(LoadedModel, Genera
         },
     )
     .with_context(|| format!("loading {}", dir.display()))?;
+    let mut loaded = loaded;
+    if let Some(draft) = &sampling.draft_model {
+        let mut speculative = SpeculativeOptions::default();
+        if let Some(n) = sampling.draft_block_size {
+            if !(2..=64).contains(&n) {
+                bail!("--draft-block-size must be between 2 and 64, found {n}");
+            }
+            speculative.block_size = n;
+        }
+        if sampling.draft_always {
+            speculative.min_accepted = None;
+        }
+        let explicit = sampling.draft_block_size.is_some() || sampling.draft_always;
+        loaded
+            .load_drafter(draft, explicit.then_some(speculative))
+            .with_context(|| format!("loading the drafter {}", draft.display()))?;
+    }
     let mut sampler = SamplerConfig::load(dir)?;
     if let Some(t) = sampling.temperature {
         sampler.temperature = t;
@@ -275,6 +304,9 @@ fn generate_once(
             usage.time_to_first_token_ms,
             usage.stop_reason
         );
+        if let Some(spec) = &usage.speculative {
+            eprintln!("[{}]", speculation_line(spec));
+        }
     }
     Ok(())
 }
@@ -475,4 +507,20 @@ fn write_f32(path: &Path, name: &str, array: &Array) -> Result<()> {
     let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, &data)?;
     safetensors::serialize_to_file([(name, view)], None, path)?;
     Ok(())
+}
+
+/// Speculative decoding's statistics in one line, as mlx-vlm prints them.
+fn speculation_line(spec: &engine::speculative::SpeculativeStats) -> String {
+    let mut line = format!(
+        "speculative decoding: {:.2} tokens/round ({} of {} drafts accepted) over {} rounds",
+        spec.tokens_per_round(),
+        spec.accepted,
+        spec.drafted,
+        spec.rounds
+    );
+    if let Some(why) = &spec.stopped {
+        line.push_str("; ");
+        line.push_str(why);
+    }
+    line
 }
