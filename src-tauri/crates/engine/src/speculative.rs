@@ -65,11 +65,7 @@ impl Script {
             .unwrap_or(0);
         (0..n)
             .map(|j| {
-                let truth = self
-                    .continuation
-                    .get(produced + j)
-                    .copied()
-                    .unwrap_or(0);
+                let truth = self.continuation.get(produced + j).copied().unwrap_or(0);
                 if j < right {
                     truth
                 } else {

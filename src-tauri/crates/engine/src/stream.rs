@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use gemma::{KvCache, MediaFeatures, Model};
 use mlx_rs::ops::concatenate;
 use mlx_rs::ops::indexing::{argmax_axis, IndexOp};
-use mlx_rs::Dtype;
 use mlx_rs::transforms::{async_eval, eval};
 use mlx_rs::Array;
+use mlx_rs::Dtype;
 
 use crate::generate::{GenerateError, GenerateOptions, Result};
 use crate::sampler::Sampler;
@@ -56,6 +56,11 @@ impl Session {
     /// The tokens whose K/V the caches hold.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
+    }
+
+    /// The caches, one per cache-owning layer.
+    pub fn caches(&self) -> &[KvCache] {
+        &self.caches
     }
 
     /// Rewinds to the longest prefix shared with `prompt` that the caches can return to,
@@ -437,7 +442,10 @@ impl<'a> TokenStream<'a> {
 
     /// What speculative decoding did, when it was asked for.
     pub fn speculative_stats(&self) -> Option<&SpeculativeStats> {
-        self.spec.as_ref().map(|s| &s.stats).or(self.spec_stats.as_ref())
+        self.spec
+            .as_ref()
+            .map(|s| &s.stats)
+            .or(self.spec_stats.as_ref())
     }
 
     /// [`Self::next_token`] while speculating: the first id as sampled after prefill, then a
@@ -590,9 +598,7 @@ impl<'a> TokenStream<'a> {
             cache.trim(rejected)?;
         }
         self.session.tokens.push(bonus);
-        self.session
-            .tokens
-            .extend_from_slice(&drafted[..accepted]);
+        self.session.tokens.extend_from_slice(&drafted[..accepted]);
         emitted.truncate(budget);
         let spec = self.spec.as_mut().expect("speculating");
         spec.feature = hidden

@@ -72,7 +72,8 @@ impl Donors {
         match (sliding, full) {
             (Some(sliding), Some(full)) => Ok(Self { sliding, full }),
             _ => Err(Error::Unsupported(
-                "the model needs a cache-owning sliding and full layer for a drafter to read".into(),
+                "the model needs a cache-owning sliding and full layer for a drafter to read"
+                    .into(),
             )),
         }
     }
@@ -231,7 +232,9 @@ impl Drafter {
         position: usize,
     ) -> Result<(Array, Array)> {
         let tuning = target.tuning();
-        let e = target.embed(token)?.reshape(&[1, 1, self.backbone as i32])?;
+        let e = target
+            .embed(token)?
+            .reshape(&[1, 1, self.backbone as i32])?;
         let x = concatenate(&[e, feature.as_dtype(target.dtype())?], -1)?;
         let mut h = self.pre_projection.forward(&x, tuning)?;
         for layer in &self.layers {
@@ -288,14 +291,22 @@ fn check_fit(raw: &RawConfig, target: &Model) -> Result<Fit> {
         );
     }
     if t.vocab_size != m.vocab_size {
-        return mismatch("vocabulary", t.vocab_size.to_string(), m.vocab_size.to_string());
+        return mismatch(
+            "vocabulary",
+            t.vocab_size.to_string(),
+            m.vocab_size.to_string(),
+        );
     }
     if t.head_dim != m.head_dim {
         return mismatch("head_dim", t.head_dim.to_string(), m.head_dim.to_string());
     }
     let global = |c: &TextConfig| c.global_head_dim.unwrap_or(c.head_dim);
     if global(t) != global(m) {
-        return mismatch("global_head_dim", global(t).to_string(), global(m).to_string());
+        return mismatch(
+            "global_head_dim",
+            global(t).to_string(),
+            global(m).to_string(),
+        );
     }
     if t.sliding_window != m.sliding_window {
         return mismatch(
@@ -361,8 +372,8 @@ fn check_fit(raw: &RawConfig, target: &Model) -> Result<Fit> {
         if rope != theirs.rope {
             return mismatch(
                 &format!("{} RoPE", kind_name(kind)),
-                format!("{rope:?}"),
-                format!("{:?}", theirs.rope),
+                describe_rope(&rope),
+                describe_rope(&theirs.rope),
             );
         }
         specs.push(LayerSpec {
@@ -376,4 +387,15 @@ fn check_fit(raw: &RawConfig, target: &Model) -> Result<Fit> {
         });
     }
     Ok(Fit { specs })
+}
+
+fn describe_rope(rope: &crate::layers::Rope) -> String {
+    match rope {
+        crate::layers::Rope::Default { dims, base } => format!("base {base} over {dims} dims"),
+        crate::layers::Rope::Proportional { dims, periods } => {
+            let rotated = periods.iter().filter(|p| p.is_finite()).count() * 2;
+            let base = periods.get(1).map_or(0.0, |p| p.powf(*dims as f32 / 2.0));
+            format!("proportional, {rotated} of {dims} dims rotated (base ≈ {base:.0})")
+        }
+    }
 }
