@@ -4,6 +4,7 @@
                                 [--decode-prompt 512] [--conversation 2000] [--answer 16]
                                 [--image-size 960x672]
     reference_worker.py run --plan PLAN.json
+    reference_worker.py mtp --plan PLAN.json --drafter DIR [--block 4]
 
 `prepare` writes the plan both engines execute: token ids of every prompt (so both sides see
 exactly the same ids), the benchmark image, and the follow-up turn. `run` loads mlx-vlm, runs the
@@ -344,6 +345,143 @@ def cmd_run(args) -> None:
     print()
 
 
+# ---------------------------------------------------------------------------------- mtp
+def cmd_mtp(args) -> None:
+    """mlx-vlm's MTP speculative decoding on the plan's decode prompt, measured as our bench's
+    `--mtp` mode measures ours: per-round parts, decode at controlled acceptance (the drafter
+    runs, then its proposals are replaced by the target's own continuation with a miss after
+    the first k), every draft rejected, and memory."""
+    import mlx.core as mx
+    from mlx.utils import tree_map
+    from mlx_vlm import load
+    from mlx_vlm.generate import generate_step
+    from mlx_vlm.models import cache as cache_lib
+    from mlx_vlm.speculative.drafters import load_drafter
+    from mlx_vlm.speculative.mtp import _buffer_mtp_target_cache
+
+    plan = json.loads(args.plan.read_text())
+    model, processor = load(plan["model"])
+    if args.dtype:
+        target = getattr(mx, args.dtype)
+        model.update(tree_map(lambda a: a.astype(target) if mx.issubdtype(a.dtype, mx.floating) else a,
+                              model.parameters()))
+        mx.eval(model.parameters())
+    before = mx.get_active_memory()
+    start = time.perf_counter()
+    drafter, _ = load_drafter(str(args.drafter), kind="mtp")
+    if args.dtype:
+        drafter.update(tree_map(lambda a: a.astype(target) if mx.issubdtype(a.dtype, mx.floating) else a,
+                                drafter.parameters()))
+    mx.eval(drafter.parameters())
+    drafter_load_s = time.perf_counter() - start
+    drafter_bytes = mx.get_active_memory() - before
+    prompt = plan["decode"]["ids"]
+    ids = mx.array([prompt])
+    n = plan["decode"]["tokens"]
+    bs = args.block
+    vocab = model.language_model.config.vocab_size
+
+    def run(**kw):
+        mx.clear_cache()
+        mx.reset_peak_memory()
+        first, tokens = None, []
+        for token, _ in generate_step(ids, model, None, None, max_tokens=n, temperature=0.0, **kw):
+            first = first or time.perf_counter()
+            tokens.append(int(token))
+        return tokens, time.perf_counter() - first, mx.get_peak_memory()
+
+    def rate(tokens, secs):
+        return (len(tokens) - 1) / secs
+
+    spec = dict(draft_model=drafter, draft_kind="mtp", draft_block_size=bs)
+    run()
+    plain, plain_s, plain_peak = run()
+    original = drafter.draft_block
+
+    def forced(accepts):
+        state = {"p": 1}
+
+        def draft_block(last_bonus, hidden, cache, block_size, sampler, token_dtype=mx.int32, greedy=False):
+            out = original(last_bonus, hidden, cache, block_size, sampler, token_dtype=token_dtype, greedy=greedy)
+            mx.async_eval(out)  # the drafter's work is dispatched and paid, as in a real round
+            p = state["p"]
+            truth = [plain[p + j] if p + j < len(plain) else 0 for j in range(block_size - 1)]
+            drafts = [t if j < accepts else (t + 1) % vocab for j, t in enumerate(truth)]
+            state["p"] += accepts + 1
+            return mx.array([drafts], dtype=out.dtype)
+
+        return draft_block
+
+    controlled, spec_peak = [], 0
+    drafter.draft_block = forced(1)
+    run(**spec)
+    for accepts in range(1, bs):
+        drafter.draft_block = forced(accepts)
+        tokens, secs, peak = run(**spec)
+        assert tokens == plain, f"{accepts} accepted per round: the answer changed"
+        lens = drafter.accept_lens
+        assert all(a == accepts for a in lens[:-1]), lens
+        spec_peak = max(spec_peak, peak)
+        controlled.append({"accepted_per_round": accepts, "tokens_per_round": (sum(lens) + len(lens)) / len(lens),
+                           "tok_s": rate(tokens, secs)})
+    drafter.draft_block = original
+    tokens, secs, _ = run(**spec)
+    assert tokens == plain, "with the drafter's own drafts the answer changed"
+    rejected, rejected_accepted = rate(tokens, secs), sum(drafter.accept_lens)
+
+    # Round parts from the state after the prompt, as ours measures them.
+    lm = model.language_model
+    cache = cache_lib.make_prompt_cache(lm)
+    sink = {}
+    out = lm(ids, cache=cache, return_hidden=True, return_shared_kv=True)
+    hidden = lm.speculative_draft_hidden(out.hidden_states[-1][:, -1:, :])
+    shared = out.shared_kv_states
+    mx.eval(out.logits, hidden, [c.state for c in cache])
+    _buffer_mtp_target_cache(cache, drafter, bs)
+    kv = len(prompt)
+    drafter.reset(model)
+    drafter.set_shared_kv(shared, kv, position=kv - 1, kv_valid_len=kv)
+    block_ids = mx.array([[10 + i for i in range(bs)]])
+
+    def timed(f, reps=21):
+        f()
+        ms = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            f()
+            ms.append((time.perf_counter() - t0) * 1e3)
+        return sorted(ms)[len(ms) // 2]
+
+    def step():
+        logits = lm(block_ids[:, :1], cache=cache).logits[:, -1, :]
+        y = mx.argmax(logits, axis=-1)
+        mx.eval(y, [c.state for c in cache])
+        for c in cache:
+            c.trim(1)
+
+    def verify():
+        sink = {}
+        h = lm.model(block_ids, cache=cache, shared_kv_sink=sink, skip_final_norm=True)
+        y = mx.argmax(lm.speculative_logits_from_hidden(h), axis=-1)
+        mx.eval(y, h, [c.state for c in cache])
+        for c in cache:
+            c.trim(bs)
+
+    def draft():
+        d = drafter.draft_block(10, hidden, None, bs, None, greedy=True)
+        mx.eval(d)
+
+    del sink
+    parts = {"step_ms": timed(step), "verify_ms": timed(verify), "draft_block_ms": timed(draft)}
+    print(json.dumps({"mtp": {
+        "block_size": bs, "prompt_tokens": len(prompt), "tokens": len(plain),
+        "drafter_load_s": drafter_load_s, "drafter_bytes": drafter_bytes,
+        "plain_tok_s": rate(plain, plain_s), "controlled": controlled,
+        "rejected_tok_s": rejected, "rejected_accepted": rejected_accepted,
+        "plain_peak_bytes": plain_peak, "spec_peak_bytes": spec_peak, "parts": parts,
+    }}))
+
+
 def main(argv: list[str] | None = None) -> None:
     root = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = root.add_subparsers(dest="command", required=True)
@@ -364,6 +502,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--plan", required=True, type=Path)
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="cast every float parameter after loading")
     p.set_defaults(run=cmd_run)
+    p = sub.add_parser("mtp", help="mlx-vlm's MTP speculative decoding on the plan's decode prompt, print JSON")
+    p.add_argument("--plan", required=True, type=Path)
+    p.add_argument("--drafter", required=True, type=Path)
+    p.add_argument("--block", type=int, default=4)
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], help="cast every float parameter after loading")
+    p.set_defaults(run=cmd_mtp)
     args = root.parse_args(argv)
     args.run(args)
 

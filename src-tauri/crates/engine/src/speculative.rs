@@ -41,6 +41,9 @@ pub enum Proposer<'a> {
     /// the bench's way to drive exact acceptance counts (random-weight drafters are almost
     /// never right).
     Script(Script),
+    /// The bench's controlled acceptance: the MTP drafter runs (its cost is paid) but the
+    /// scripted drafts are proposed.
+    Forced(&'a Drafter, Script),
 }
 
 /// A scripted proposer: round `r` proposes the continuation's next tokens, correct for the
@@ -199,7 +202,9 @@ impl Speculation<'_> {
 /// The model a proposer drafts for (to check a drafter against).
 pub fn proposer_fits(proposer: &Proposer<'_>, model: &Model) -> bool {
     match proposer {
-        Proposer::Mtp(d) => gemma::Donors::of(model).is_ok_and(|donors| donors == d.donors()),
+        Proposer::Mtp(d) | Proposer::Forced(d, _) => {
+            gemma::Donors::of(model).is_ok_and(|donors| donors == d.donors())
+        }
         Proposer::Script(s) => s.vocab as usize == model.config().text.vocab_size,
     }
 }

@@ -526,8 +526,9 @@ impl<'a> TokenStream<'a> {
         let window = model.config().text.sliding_window;
 
         // Draft.
+        let mut paid = None; // the drafter's own proposals, when the scripted ones are used
         let drafts = match &spec.proposer {
-            Proposer::Mtp(drafter) => {
+            Proposer::Mtp(drafter) | Proposer::Forced(drafter, _) => {
                 let view = sliding_view(kv, window, spec.first_round, spec.media, spec.dropped);
                 let donor = donor_kv(&self.session.caches, drafter, view, kv)?;
                 let mut token = Array::from_slice(&[bonus], &[1]);
@@ -540,7 +541,15 @@ impl<'a> TokenStream<'a> {
                     token = id.as_dtype(Dtype::Uint32)?;
                     out.push(token.clone());
                 }
-                concatenate(&out, 0)?
+                let proposed = concatenate(&out, 0)?;
+                match &spec.proposer {
+                    Proposer::Forced(_, script) => {
+                        paid = Some(proposed);
+                        let ids = script.drafts(spec.stats.rounds, self.produced, n);
+                        Array::from_slice(&ids, &[n as i32])
+                    }
+                    _ => proposed,
+                }
             }
             Proposer::Script(script) => {
                 let ids = script.drafts(spec.stats.rounds, self.produced, n);
@@ -563,6 +572,7 @@ impl<'a> TokenStream<'a> {
         };
         let mut to_eval: Vec<&Array> = vec![&drafts, &hidden, &logits];
         to_eval.extend(targets.iter());
+        to_eval.extend(paid.iter());
         to_eval.extend(self.session.caches.iter().flat_map(|c| c.arrays()));
         eval(to_eval)?;
         let drafted: Vec<u32> = drafts.as_slice::<u32>().to_vec();

@@ -20,7 +20,8 @@ use serde_json::json;
 use engine::generate::GenerateOptions;
 use engine::image::{preprocess_path, SoftTokenBudget};
 use engine::sampler::{Sampler, SamplerConfig};
-use engine::stream::{eval_with_caches, Session};
+use engine::speculative::{Proposer, Script, SpeculativeOptions};
+use engine::stream::{eval_with_caches, Session, TokenStream};
 use engine::template::{Message, Part, Role};
 use engine::worker::{LoadedModel, Prompt};
 use gemma::tuning::{DecodeAttention, DenseFrom as DenseFromRows};
@@ -64,6 +65,13 @@ struct Cli {
     /// (default: grouped-rows).
     #[arg(long, value_enum)]
     decode_attention: Option<DecodeAttentionArg>,
+    /// Measure speculative decoding with this MTP drafter instead of the plan's cases (only
+    /// its decode prompt is used): per-round costs, decode at controlled acceptance, memory.
+    #[arg(long)]
+    mtp: Option<PathBuf>,
+    /// Tokens per verify with `--mtp`.
+    #[arg(long, default_value_t = 4)]
+    mtp_block: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -532,6 +540,12 @@ fn main() -> Result<()> {
     let bench = Bench { loaded, options };
     let dtype_name = format!("{:?}", bench.loaded.model.dtype()).to_lowercase();
 
+    if let Some(dir) = &cli.mtp {
+        let result = mtp_bench(&bench, dir, &plan, cli.mtp_block)?;
+        println!("{result}");
+        return Ok(());
+    }
+
     phase("plan-warm-up");
     bench.generate(
         &mut Session::new(&bench.loaded.model),
@@ -625,4 +639,210 @@ fn main() -> Result<()> {
     });
     println!("{result}");
     Ok(())
+}
+
+/// Speculative decoding against plain decoding, on the plan's decode prompt (greedy, no end of
+/// sequence): what one round's parts cost next to a plain step, decode speed with the drafter's
+/// proposals replaced by the target's own continuation so that exactly 1, 2 or 3 drafts are
+/// accepted per round (the drafter still runs), with every draft rejected (drafting kept on,
+/// and with its stopping rule), and the memory the drafter adds. Every speculative answer is
+/// checked against the plain one.
+fn mtp_bench(bench: &Bench, dir: &Path, plan: &Plan, block: usize) -> Result<serde_json::Value> {
+    let m = &bench.loaded;
+    let model = &m.model;
+    let before = mlx_active_bytes();
+    let load_start = Instant::now();
+    let drafter = gemma::Drafter::load(dir, model)
+        .with_context(|| format!("loading the drafter {}", dir.display()))?;
+    let drafter_load_s = load_start.elapsed().as_secs_f64();
+    let drafter_bytes = mlx_active_bytes().saturating_sub(before);
+    let prompt = &plan.decode.ids;
+    let tokens = plan.decode.tokens;
+    let options = GenerateOptions {
+        max_tokens: tokens,
+        ..bench.options.clone()
+    };
+    let vocab = model.config().text.vocab_size as u32;
+
+    // One decode run: ids, seconds from the first id to the last, stats, MLX peak bytes.
+    let run = |proposer: Option<(Proposer<'_>, SpeculativeOptions)>| -> Result<(
+        Vec<u32>,
+        f64,
+        Option<engine::speculative::SpeculativeStats>,
+        u64,
+    )> {
+        mlx_clear_cache();
+        reset_peak();
+        let cancel = AtomicBool::new(false);
+        let mut session = Session::new(model);
+        let mut stream = TokenStream::start(model, &mut session, prompt, None, &options, &cancel)?;
+        if let Some((p, o)) = proposer {
+            stream.speculate(p, o);
+        }
+        let mut ids = Vec::new();
+        let mut first = None;
+        while let Some(id) = stream.next_token()? {
+            first.get_or_insert_with(Instant::now);
+            ids.push(id);
+        }
+        let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        Ok((
+            ids,
+            secs,
+            stream.speculative_stats().cloned(),
+            mlx_peak_bytes(),
+        ))
+    };
+    let always = SpeculativeOptions {
+        block_size: block,
+        min_accepted: None,
+        ..SpeculativeOptions::default()
+    };
+    let rate = |ids: &[u32], secs: f64| (ids.len().saturating_sub(1)) as f64 / secs.max(1e-9);
+
+    phase("mtp-warm-up");
+    run(None)?;
+    let (plain, plain_s, _, plain_peak) = run(None)?;
+    let script = |accepts: usize| Script {
+        continuation: plain.clone(),
+        accepts: vec![accepts],
+        vocab,
+    };
+    run(Some((
+        Proposer::Forced(&drafter, script(1)),
+        always.clone(),
+    )))?; // warm the round's shapes
+    let mut controlled = Vec::new();
+    let mut spec_peak = 0;
+    for accepts in 1..block {
+        phase(&format!("mtp-accept-{accepts}"));
+        let (ids, secs, stats, peak) = run(Some((
+            Proposer::Forced(&drafter, script(accepts)),
+            always.clone(),
+        )))?;
+        anyhow::ensure!(
+            ids == plain,
+            "{accepts} accepted per round: the answer changed"
+        );
+        spec_peak = spec_peak.max(peak);
+        let stats = stats.context("no stats")?;
+        controlled.push(json!({
+            "accepted_per_round": accepts,
+            "tokens_per_round": stats.tokens_per_round(),
+            "tok_s": rate(&ids, secs),
+        }));
+    }
+    phase("mtp-rejected");
+    let (ids, secs, stats, _) = run(Some((Proposer::Mtp(&drafter), always.clone())))?;
+    anyhow::ensure!(
+        ids == plain,
+        "with the drafter's own drafts the answer changed"
+    );
+    let rejected_accepted = stats.map_or(0, |s| s.accepted);
+    let rejected = rate(&ids, secs);
+    let default_options = SpeculativeOptions {
+        block_size: block,
+        ..SpeculativeOptions::default()
+    };
+    let (ids, secs, stats, _) = run(Some((Proposer::Mtp(&drafter), default_options)))?;
+    anyhow::ensure!(ids == plain, "with drafting stopping the answer changed");
+    let stopped = stats.and_then(|s| s.stopped);
+    let rejected_with_stop = rate(&ids, secs);
+
+    phase("mtp-round-parts");
+    let parts = round_parts(model, &drafter, prompt, block)?;
+    Ok(json!({
+        "mtp": {
+            "block_size": block,
+            "prompt_tokens": prompt.len(),
+            "tokens": plain.len(),
+            "drafter_load_s": drafter_load_s,
+            "drafter_bytes": drafter_bytes,
+            "drafter_parameters": drafter.parameter_count(),
+            "plain_tok_s": rate(&plain, plain_s),
+            "controlled": controlled,
+            "rejected_tok_s": rejected,
+            "rejected_accepted": rejected_accepted,
+            "rejected_with_stop_tok_s": rejected_with_stop,
+            "stopped": stopped,
+            "plain_peak_bytes": plain_peak,
+            "spec_peak_bytes": spec_peak,
+            "parts": parts,
+        }
+    }))
+}
+
+/// Median milliseconds, from the cached state after the prompt, of: one plain decode step (a
+/// forward of 1 row and its argmax, evaluated), a verify of `block` rows, and a draft block of
+/// `block − 1` drafter steps.
+fn round_parts(
+    model: &gemma::Model,
+    drafter: &gemma::Drafter,
+    prompt: &[u32],
+    block: usize,
+) -> Result<serde_json::Value> {
+    use mlx_rs::ops::indexing::argmax_axis;
+    let mut caches = model.new_caches();
+    let (hidden, logits) = model.forward_with_hidden(prompt, &[], &mut caches, Some(1))?;
+    eval_with_caches(&caches, &logits)?;
+    let kv = prompt.len();
+    let feature = hidden.reshape(&[1, 1, -1])?;
+    let ids: Vec<u32> = (0..block as u32).map(|i| 10 + i).collect();
+    let reps = 21;
+    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        f()?;
+        let mut ms = Vec::new();
+        for _ in 0..reps {
+            let t0 = Instant::now();
+            f()?;
+            ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(median(&mut ms))
+    };
+    let step = time(&mut || {
+        let mut c = caches.clone();
+        let logits = model.forward_array(&Array::from_slice(&ids[..1], &[1]), &mut c, None)?;
+        let y = argmax_axis(&logits, -1, None)?;
+        eval_with_caches(&c, &y)?;
+        Ok(())
+    })?;
+    let verify = time(&mut || {
+        let mut c = caches.clone();
+        let (h, logits) =
+            model.forward_array_with_hidden(&Array::from_slice(&ids, &[block as i32]), &mut c)?;
+        let y = argmax_axis(&logits, -1, None)?;
+        let mut outs: Vec<&Array> = c.iter().flat_map(|x| x.arrays()).collect();
+        outs.extend([&y, &h]);
+        mlx_rs::transforms::eval(outs)?;
+        Ok(())
+    })?;
+    let window = model.config().text.sliding_window;
+    let view = engine::speculative::sliding_view(kv, window, false, false, true);
+    let draft = time(&mut || {
+        let donor = engine::speculative::donor_kv(&caches, drafter, view, kv)?;
+        let mut token = Array::from_slice(&ids[..1], &[1]);
+        let mut f = feature.clone();
+        let mut out = Vec::new();
+        for _ in 1..block {
+            let (next, id) = drafter.step(model, &token, &f, &donor, kv - 1)?;
+            f = next;
+            token = id;
+            out.push(token.clone());
+        }
+        mlx_rs::transforms::eval(out.iter().collect::<Vec<_>>())?;
+        Ok(())
+    })?;
+    Ok(json!({ "step_ms": step, "verify_ms": verify, "draft_block_ms": draft }))
+}
+
+fn mlx_active_bytes() -> u64 {
+    let mut bytes: usize = 0;
+    // SAFETY: writes one size_t through a valid pointer.
+    unsafe { mlx_sys::mlx_get_active_memory(&mut bytes) };
+    bytes as u64
+}
+
+fn reset_peak() {
+    // SAFETY: no arguments.
+    unsafe { mlx_sys::mlx_reset_peak_memory() };
 }
