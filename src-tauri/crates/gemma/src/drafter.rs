@@ -315,7 +315,7 @@ fn check_fit(raw: &RawConfig, target: &Model) -> Result<Fit> {
             m.sliding_window.to_string(),
         );
     }
-    if t.num_attention_heads == 0 || t.num_attention_heads % m.num_key_value_heads != 0 {
+    if t.num_attention_heads == 0 || !t.num_attention_heads.is_multiple_of(m.num_key_value_heads) {
         return mismatch(
             "attention head count",
             t.num_attention_heads.to_string(),
@@ -342,7 +342,8 @@ fn check_fit(raw: &RawConfig, target: &Model) -> Result<Fit> {
     }
     let centroids = raw.num_centroids.unwrap_or(0);
     let top_k = raw.centroid_intermediate_top_k.unwrap_or(0);
-    if centroids == 0 || t.vocab_size % centroids != 0 || top_k == 0 || top_k > centroids {
+    if centroids == 0 || !t.vocab_size.is_multiple_of(centroids) || top_k == 0 || top_k > centroids
+    {
         return Err(Error::Unsupported(format!(
             "the drafter's centroid head is inconsistent: {centroids} centroids, top {top_k}, vocabulary {}",
             t.vocab_size

@@ -314,3 +314,85 @@ fn ctrl_c_stops_the_answer_not_the_chat_and_ctrl_d_leaves_cleanly() {
     std::thread::sleep(std::time::Duration::from_millis(100));
     assert!(stderr.lock().unwrap().ends_with("> \n"));
 }
+
+/// The ids `generate --json` streams, and its usage record.
+fn generate_ids(extra: &[&str]) -> Result<(Vec<u64>, Value), String> {
+    let model = fixture();
+    let mut args = vec![
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt",
+        "Tell me about rivers.",
+        "--json",
+        "--max-tokens",
+        "24",
+        "--temperature",
+        "0",
+        "--dtype",
+        "float32",
+    ];
+    args.extend_from_slice(extra);
+    let out = run(&args, "");
+    if !out.status.success() {
+        return Err(text(&out.stderr));
+    }
+    let mut ids = Vec::new();
+    let mut usage = Value::Null;
+    for line in text(&out.stdout).lines() {
+        let record: Value = serde_json::from_str(line).unwrap();
+        if let Some(id) = record["token"].as_u64() {
+            ids.push(id);
+        }
+        if !record["usage"].is_null() {
+            usage = record["usage"].clone();
+        }
+    }
+    Ok((ids, usage))
+}
+
+#[test]
+fn a_drafter_speeds_answers_without_changing_them_and_a_wrong_one_is_refused_in_words() {
+    let drafter = fixture().with_file_name("tiny-assistant");
+    let drafter = drafter.to_str().unwrap();
+    let (plain, usage) = generate_ids(&[]).unwrap();
+    assert!(usage["speculative"].is_null());
+    let (drafted, usage) = generate_ids(&[
+        "--draft-model",
+        drafter,
+        "--draft-block-size",
+        "3",
+        "--draft-always",
+    ])
+    .unwrap();
+    assert_eq!(drafted, plain);
+    let spec = &usage["speculative"];
+    assert_eq!(spec["rounds"].as_u64().unwrap() as usize, plain.len() - 1);
+    assert_eq!(spec["drafts"][0].as_array().unwrap().len(), 2);
+    // A model folder is not a drafter: said in words, nothing answered.
+    let model = fixture();
+    let err = generate_ids(&["--draft-model", model.to_str().unwrap()]).unwrap_err();
+    assert!(err.contains("is not a Gemma 4 assistant drafter"), "{err}");
+    // The chat says how many tokens each round gave.
+    let model = fixture();
+    let out = run(
+        &[
+            "chat",
+            "--model",
+            model.to_str().unwrap(),
+            "--max-tokens",
+            "4",
+            "--dtype",
+            "float32",
+            "--draft-model",
+            drafter,
+        ],
+        "Hello\n",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("tokens/round"),
+        "{}",
+        text(&out.stderr)
+    );
+}

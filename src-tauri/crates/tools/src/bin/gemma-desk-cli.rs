@@ -379,8 +379,13 @@ fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<(
         } else {
             ""
         };
+        let drafted = usage
+            .speculative
+            .as_ref()
+            .map(|s| format!(", {:.2} tokens/round", s.tokens_per_round()))
+            .unwrap_or_default();
         eprintln!(
-            "[{stopped}{:.1} tok/s, {} reused prompt tokens]",
+            "[{stopped}{:.1} tok/s{drafted}, {} reused prompt tokens]",
             usage.decode_tokens_per_second, usage.reused_tokens
         );
         // With the ids it generated, so that the next turn reuses the cache over this answer.
