@@ -50,6 +50,9 @@ def main() -> None:
         rejected = med(rows, lambda m: m["rejected_tok_s"]) / plain
         print(f"- {name}: speculative / its own plain decode at 1, 2, 3 accepted per round: {parts}; "
               f"all rejected {rejected:.2f}×")
+    same = {e: all(c.get("same_answer", True) for m in rows for c in m["controlled"]) and
+            all(m.get("rejected_same_answer", True) for m in rows) for e, rows in by.items()}
+    print(f"- every speculative answer equal to the engine's plain one: {same}")
     stopped = {m.get("stopped") for m in ours}
     print(f"- ours, drafting's own stop: {stopped}")
 

@@ -2,18 +2,20 @@
 # Speculative decoding (MTP drafter) on a lent NVIDIA machine, both engines side by side
 # (method: docs/SPECULATIVE.md "Benchmark").
 #
-#   bench/cuda/run_mtp_on_device.sh CARRY [REPS] [BLOCK]
+#   bench/cuda/run_mtp_on_device.sh CARRY [REPS] [BLOCK...]
 #
 # CARRY is the folder `bench/cuda/pack.sh` filled; device_env.sh installs it and generates the
 # full-size target. Here the full-size drafter is generated next to it, the plan's decode
 # prompt (512 tokens, 128 decoded) written, and each repetition runs our bench binary's `--mtp`
-# mode and mlx-vlm's (`reference_worker.py mtp`), alternating which goes first. One JSON object
-# per process goes to $OUT/mtp.jsonl; `bench/mtp_summary.py` turns it into the results table.
+# mode and mlx-vlm's (`reference_worker.py mtp`), alternating which goes first, for each block
+# size (default 4). One JSON object per process goes to $OUT/mtp-BLOCK.jsonl;
+# `bench/mtp_summary.py` turns each into a results table.
 set -euo pipefail
 START=$(date +%s)
 CARRY=$(cd "$1" && pwd)
 REPS=${2:-3}
-BLOCK=${3:-4}
+shift $(( $# > 1 ? 2 : 1 ))
+BLOCKS=${*:-4}
 OUT=${OUT:-/tmp/bench-out}
 mkdir -p "$OUT"
 # shellcheck source=device_env.sh
@@ -22,11 +24,14 @@ DRAFTER=$MODEL-assistant
 [ -f "$DRAFTER/config.json" ] || "$PY" tests/fixtures/make_drafter.py --target "$MODEL" --out "$DRAFTER"
 "$PY" bench/reference_worker.py prepare --model "$MODEL" --out "$OUT/plan.json" --decode 128 --decode-prompt 512 >/dev/null
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-: > "$OUT/mtp.jsonl"
-ours() { /tmp/gemma-desk-bench --plan "$OUT/plan.json" --mtp "$DRAFTER" --mtp-block "$BLOCK" | tail -1 | sed 's/^{/{"engine":"ours",/'; }
-ref() { "$PY" bench/reference_worker.py mtp --plan "$OUT/plan.json" --drafter "$DRAFTER" --block "$BLOCK" | tail -1 | sed 's/^{/{"engine":"mlx-vlm",/'; }
-for i in $(seq 1 "$REPS"); do
-  if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-500}" ]; then echo "budget reached after $((i - 1)) repetitions"; break; fi
-  if [ $((i % 2)) -eq 1 ]; then ours >> "$OUT/mtp.jsonl"; ref >> "$OUT/mtp.jsonl"; else ref >> "$OUT/mtp.jsonl"; ours >> "$OUT/mtp.jsonl"; fi
-  echo "repetition $i: $(( $(date +%s) - START )) s"
+ours() { /tmp/gemma-desk-bench --plan "$OUT/plan.json" --mtp "$DRAFTER" --mtp-block "$1" | tail -1 | sed 's/^{/{"engine":"ours",/'; }
+ref() { "$PY" bench/reference_worker.py mtp --plan "$OUT/plan.json" --drafter "$DRAFTER" --block "$1" | tail -1 | sed 's/^{/{"engine":"mlx-vlm",/'; }
+for BLOCK in $BLOCKS; do
+  LOG=$OUT/mtp-$BLOCK.jsonl
+  : > "$LOG"
+  for i in $(seq 1 "$REPS"); do
+    if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-500}" ]; then echo "block $BLOCK: budget reached after $((i - 1)) repetitions"; break; fi
+    if [ $((i % 2)) -eq 1 ]; then ours "$BLOCK" >> "$LOG"; ref "$BLOCK" >> "$LOG"; else ref "$BLOCK" >> "$LOG"; ours "$BLOCK" >> "$LOG"; fi
+    echo "block $BLOCK, repetition $i: $(( $(date +%s) - START )) s"
+  done
 done
