@@ -311,7 +311,20 @@ enum Command {
         cancel: Arc<AtomicBool>,
         events: Box<dyn FnMut(Event) + Send>,
     },
+    SetDrafter {
+        dir: Option<PathBuf>,
+        reply: Sender<Result<Option<DrafterInfo>, EngineError>>,
+    },
     Shutdown,
+}
+
+/// A drafter the loaded model speculates with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrafterInfo {
+    /// Parameters of its checkpoint.
+    pub parameters: usize,
+    /// Tokens per verify (drafts + 1).
+    pub block_size: usize,
 }
 
 /// Handle to the engine thread.
@@ -383,6 +396,21 @@ impl Engine {
             .send(Command::Load {
                 dir: dir.to_path_buf(),
                 options,
+                reply,
+            })
+            .map_err(|_| EngineError::Stopped)?;
+        answer.recv().map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Speculates with the MTP drafter in `dir` from the next answer on (`None`: stops); blocks
+    /// until it is loaded and warmed up, or refused with the reason (the model keeps answering
+    /// without it). A model loaded later starts without a drafter.
+    pub fn set_drafter(&self, dir: Option<&Path>) -> Result<Option<DrafterInfo>, EngineError> {
+        let (reply, answer) = channel();
+        self.queue.sending();
+        self.commands
+            .send(Command::SetDrafter {
+                dir: dir.map(Path::to_path_buf),
                 reply,
             })
             .map_err(|_| EngineError::Stopped)?;
@@ -496,6 +524,34 @@ fn run(
                 if let Some(m) = &loaded {
                     if let Err(e) = m.warm_up_over(m.warm_up_history(), stop) {
                         eprintln!("warm-up after loading {} failed: {e}", m.dir.display());
+                    }
+                }
+            }
+            Command::SetDrafter { dir, reply } => {
+                let Some(m) = loaded.as_mut() else {
+                    let _ = reply.send(Err(EngineError::NoModel));
+                    continue;
+                };
+                let result = match dir {
+                    None => {
+                        m.unload_drafter();
+                        Ok(None)
+                    }
+                    Some(dir) => m.load_drafter(&dir, None).map(|()| {
+                        m.drafter().map(|(d, o)| DrafterInfo {
+                            parameters: d.parameter_count(),
+                            block_size: o.block_size,
+                        })
+                    }),
+                };
+                let stop = queue.warm_up_stop();
+                let warm = matches!(result, Ok(Some(_)));
+                let _ = reply.send(result);
+                // A round's shapes (the drafter's steps, a verify of several rows) met once now,
+                // not in the user's next answer.
+                if warm {
+                    if let Err(e) = m.warm_up_over(0, stop) {
+                        eprintln!("warm-up with the drafter failed: {e}");
                     }
                 }
             }

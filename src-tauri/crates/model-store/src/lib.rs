@@ -7,6 +7,7 @@
 mod discovery;
 mod disk;
 mod download;
+mod drafter;
 mod error;
 mod hf_cache;
 mod http;
@@ -15,6 +16,7 @@ mod progress;
 
 pub use discovery::{check_folder, discover, FolderError, ModelCandidate, ModelSource};
 pub use download::{Download, DEFAULT_REPO};
+pub use drafter::{find_drafters, is_drafter, DRAFTER_REPO};
 pub use error::DownloadError;
 pub use hf_cache::HfCache;
 pub use hub::{Hub, RepoFile};
