@@ -348,15 +348,16 @@ def cmd_run(args) -> None:
 # ---------------------------------------------------------------------------------- mtp
 def cmd_mtp(args) -> None:
     """mlx-vlm's MTP speculative decoding on the plan's decode prompt, measured as our bench's
-    `--mtp` mode measures ours: per-round parts, decode at controlled acceptance (the drafter
-    runs, then its proposals are replaced by the target's own continuation with a miss after
-    the first k), every draft rejected, and memory."""
+    `--mtp` mode measures ours: per-round parts, decode at controlled acceptance (drafter and
+    verify run as ever, the acceptance walk takes exactly k drafts), every draft rejected, and
+    memory."""
     import mlx.core as mx
     from mlx.utils import tree_map
     from mlx_vlm import load
     from mlx_vlm.generate import generate_step
     from mlx_vlm.models import cache as cache_lib
     from mlx_vlm.speculative.drafters import load_drafter
+    from mlx_vlm.speculative import mtp
     from mlx_vlm.speculative.mtp import _buffer_mtp_target_cache
 
     plan = json.loads(args.plan.read_text())
@@ -383,10 +384,11 @@ def cmd_mtp(args) -> None:
 
     def run(**kw):
         mx.clear_cache()
-        mx.reset_peak_memory()
         first, tokens = None, []
         for token, _ in generate_step(ids, model, None, None, max_tokens=n, temperature=0.0, **kw):
-            first = first or time.perf_counter()
+            if first is None:
+                first = time.perf_counter()
+                mx.reset_peak_memory()  # decode only: prefill's transients are the same either way
             tokens.append(int(token))
         return tokens, time.perf_counter() - first, mx.get_peak_memory()
 
@@ -396,33 +398,38 @@ def cmd_mtp(args) -> None:
     spec = dict(draft_model=drafter, draft_kind="mtp", draft_block_size=bs)
     run()
     plain, plain_s, plain_peak = run()
-    original = drafter.draft_block
+    walk = mtp._mtp_acceptance_walk
 
     def forced(accepts):
-        state = {"p": 1}
+        """The acceptance walk with exactly `accepts` drafts taken (the model's logits are still
+        projected row by row up to the first kept row, as the greedy walk does)."""
 
-        def draft_block(last_bonus, hidden, cache, block_size, sampler, token_dtype=mx.int32, greedy=False):
-            out = original(last_bonus, hidden, cache, block_size, sampler, token_dtype=token_dtype, greedy=greedy)
-            mx.async_eval(out)  # the drafter's work is dispatched and paid, as in a real round
-            p = state["p"]
-            truth = [plain[p + j] if p + j < len(plain) else 0 for j in range(block_size - 1)]
-            drafts = [t if j < accepts else (t + 1) % vocab for j, t in enumerate(truth)]
-            state["p"] += accepts + 1
-            return mx.array([drafts], dtype=out.dtype)
+        def forced_walk(lm, verify, draft_tokens, sampler, budget, row_id=0, base_position=None):
+            drafts = [int(x) for x in draft_tokens.reshape(-1).tolist()]
+            a = min(accepts, len(drafts))
+            token = None
+            for pos in range(a + 1):
+                logits = mtp._mtp_logits_from_hidden(lm, verify.hidden[:, pos: pos + 1, :])
+                token = mx.argmax(logits.reshape(-1), axis=-1)
+                mx.eval(token)
+            return a, (drafts[:a] + [int(token.item())])[:budget]
 
-        return draft_block
+        return forced_walk
 
     controlled, spec_peak = [], 0
-    drafter.draft_block = forced(1)
-    run(**spec)
-    for accepts in range(1, bs):
-        drafter.draft_block = forced(accepts)
-        tokens, secs, peak = run(**spec)
-        lens = drafter.accept_lens
-        spec_peak = max(spec_peak, peak)
-        controlled.append({"accepted_per_round": accepts, "tokens_per_round": (sum(lens) + len(lens)) / len(lens),
-                           "tok_s": rate(tokens, secs), "same_answer": tokens == plain})
-    drafter.draft_block = original
+    try:
+        mtp._mtp_acceptance_walk = forced(1)
+        run(**spec)
+        for accepts in range(1, bs):
+            mtp._mtp_acceptance_walk = forced(accepts)
+            tokens, secs, peak = run(**spec)
+            lens = drafter.accept_lens
+            spec_peak = max(spec_peak, peak)
+            controlled.append({"accepted_per_round": accepts,
+                               "tokens_per_round": (sum(lens) + len(lens)) / len(lens),
+                               "tok_s": rate(tokens, secs)})
+    finally:
+        mtp._mtp_acceptance_walk = walk
     tokens, secs, _ = run(**spec)
     rejected_same = tokens == plain
     rejected, rejected_accepted = rate(tokens, secs), sum(drafter.accept_lens)

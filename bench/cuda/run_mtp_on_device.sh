@@ -2,13 +2,14 @@
 # Speculative decoding (MTP drafter) on a lent NVIDIA machine, both engines side by side
 # (method: docs/SPECULATIVE.md "Benchmark").
 #
-#   bench/cuda/run_mtp_on_device.sh CARRY [REPS] [BLOCK...]
+#   bench/cuda/run_mtp_on_device.sh CARRY [REPS] [BLOCK[vROWS]...]
 #
 # CARRY is the folder `bench/cuda/pack.sh` filled; device_env.sh installs it and generates the
 # full-size target. Here the full-size drafter is generated next to it, the plan's decode
 # prompt (512 tokens, 128 decoded) written, and each repetition runs our bench binary's `--mtp`
 # mode and mlx-vlm's (`reference_worker.py mtp`), alternating which goes first, for each block
-# size (default 4). One JSON object per process goes to $OUT/mtp-BLOCK.jsonl;
+# size (default 4; `4v8`: block 4 with our `--vector-rows 8`). One JSON object per process goes
+# to $OUT/mtp-BLOCK.jsonl;
 # `bench/mtp_summary.py` turns each into a results table.
 set -euo pipefail
 START=$(date +%s)
@@ -24,8 +25,12 @@ DRAFTER=$MODEL-assistant
 [ -f "$DRAFTER/config.json" ] || "$PY" tests/fixtures/make_drafter.py --target "$MODEL" --out "$DRAFTER"
 "$PY" bench/reference_worker.py prepare --model "$MODEL" --out "$OUT/plan.json" --decode 128 --decode-prompt 512 >/dev/null
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-ours() { /tmp/gemma-desk-bench --plan "$OUT/plan.json" --mtp "$DRAFTER" --mtp-block "$1" | tail -1 | sed 's/^{/{"engine":"ours",/'; }
-ref() { "$PY" bench/reference_worker.py mtp --plan "$OUT/plan.json" --drafter "$DRAFTER" --block "$1" | tail -1 | sed 's/^{/{"engine":"mlx-vlm",/'; }
+ours() {
+  local rows=()
+  [[ $1 == *v* ]] && rows=(--vector-rows "${1#*v}")
+  /tmp/gemma-desk-bench --plan "$OUT/plan.json" --mtp "$DRAFTER" --mtp-block "${1%v*}" "${rows[@]}" | tail -1 | sed 's/^{/{"engine":"ours",/'
+}
+ref() { "$PY" bench/reference_worker.py mtp --plan "$OUT/plan.json" --drafter "$DRAFTER" --block "${1%v*}" | tail -1 | sed 's/^{/{"engine":"mlx-vlm",/'; }
 for BLOCK in $BLOCKS; do
   LOG=$OUT/mtp-$BLOCK.jsonl
   : > "$LOG"

@@ -41,9 +41,12 @@ pub enum Proposer<'a> {
     /// the bench's way to drive exact acceptance counts (random-weight drafters are almost
     /// never right).
     Script(Script),
-    /// The bench's controlled acceptance: the MTP drafter runs (its cost is paid) but the
-    /// scripted drafts are proposed.
-    Forced(&'a Drafter, Script),
+    /// The bench's controlled acceptance: the MTP drafter drafts and the round runs as ever,
+    /// but exactly this many drafts are taken as accepted whatever the model says. The answer
+    /// is then NOT the model's: for timing rounds at a given acceptance only (random-weight
+    /// drafters are never right, and on a GPU a verify's rows can move a random model's
+    /// near-ties, so a scripted continuation does not stay on track there).
+    Forced(&'a Drafter, usize),
 }
 
 /// A scripted proposer: round `r` proposes the continuation's next tokens, correct for the

@@ -526,7 +526,6 @@ impl<'a> TokenStream<'a> {
         let window = model.config().text.sliding_window;
 
         // Draft.
-        let mut paid = None; // the drafter's own proposals, when the scripted ones are used
         let drafts = match &spec.proposer {
             Proposer::Mtp(drafter) | Proposer::Forced(drafter, _) => {
                 let view = sliding_view(kv, window, spec.first_round, spec.media, spec.dropped);
@@ -541,15 +540,7 @@ impl<'a> TokenStream<'a> {
                     token = id.as_dtype(Dtype::Uint32)?;
                     out.push(token.clone());
                 }
-                let proposed = concatenate(&out, 0)?;
-                match &spec.proposer {
-                    Proposer::Forced(_, script) => {
-                        paid = Some(proposed);
-                        let ids = script.drafts(spec.stats.rounds, self.produced, n);
-                        Array::from_slice(&ids, &[n as i32])
-                    }
-                    _ => proposed,
-                }
+                concatenate(&out, 0)?
             }
             Proposer::Script(script) => {
                 let ids = script.drafts(spec.stats.rounds, self.produced, n);
@@ -572,7 +563,6 @@ impl<'a> TokenStream<'a> {
         };
         let mut to_eval: Vec<&Array> = vec![&drafts, &hidden, &logits];
         to_eval.extend(targets.iter());
-        to_eval.extend(paid.iter());
         to_eval.extend(self.session.caches.iter().flat_map(|c| c.arrays()));
         eval(to_eval)?;
         let drafted: Vec<u32> = drafts.as_slice::<u32>().to_vec();
@@ -582,6 +572,7 @@ impl<'a> TokenStream<'a> {
         };
 
         // Accept while the draft is the target's own next id.
+        let forced = spec_proposer_forced(self.spec.as_ref()).map(|k| k.min(n));
         let mut emitted = Vec::with_capacity(rows);
         let mut accepted = 0;
         for pos in 0..rows {
@@ -595,7 +586,15 @@ impl<'a> TokenStream<'a> {
                 }
             };
             emitted.push(target);
-            if pos < n && drafted[pos] == target {
+            let agreed = match forced {
+                Some(k) => pos < k,
+                None => pos < n && drafted[pos] == target,
+            };
+            if agreed {
+                // (Forced: the draft stands in for the model's token.)
+                if let Some(last) = emitted.last_mut() {
+                    *last = drafted[pos];
+                }
                 accepted += 1;
             } else {
                 break;
@@ -728,4 +727,12 @@ fn image_rows_to_prefill(
         1 => parts.pop().map(|f| (images.token_id, f)),
         _ => Some((images.token_id, concatenate(&parts, 0)?)),
     })
+}
+
+/// The bench's forced acceptance count, when the proposer is [`Proposer::Forced`].
+fn spec_proposer_forced(spec: Option<&Speculation<'_>>) -> Option<usize> {
+    match spec.map(|s| &s.proposer) {
+        Some(Proposer::Forced(_, k)) => Some(*k),
+        _ => None,
+    }
 }

@@ -114,8 +114,26 @@ impl Linear {
             .is_some_and(|min| rows(x) >= min);
         match tuning.dense_bucket() {
             Some(bucket) if dense => self.forward_dense_padded(x, bucket, tuning.cpu_lanes),
+            _ if !dense => self.forward_rows(x, tuning),
             _ => self.product_on_lanes(x, dense, tuning.cpu_lanes),
         }
+    }
+
+    /// The quantized product of `x`, each of up to `tuning.vector_rows` rows as a vector of its
+    /// own (`[rows, 1, in]`: MLX's matrix-vector kernel, batched) -- the same values as one
+    /// product up to the kernels' rounding.
+    fn forward_rows(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
+        let n = rows(x);
+        if n <= 1 || n > tuning.vector_rows || matches!(self, Linear::Dense { .. }) {
+            return self.product_on_lanes(x, false, tuning.cpu_lanes);
+        }
+        let shape = x.shape();
+        let inp = shape[shape.len() - 1];
+        let vectors = x.reshape(&[n as i32, 1, inp])?;
+        let out = self.product_on_lanes(&vectors, false, tuning.cpu_lanes)?;
+        let mut out_shape = shape[..shape.len() - 1].to_vec();
+        out_shape.push(out.shape()[2]);
+        Ok(out.reshape(&out_shape)?)
     }
 
     /// The dense path of [`forward`](Self::forward) with `x`'s rows padded with zero rows to a
@@ -139,9 +157,10 @@ impl Linear {
     }
 
     /// Applies the layer to `x` with its weights as stored: MLX's quantized matmul for a
-    /// quantized layer, whatever the number of rows, its output rows shared among `lanes`.
-    pub fn forward_as_stored(&self, x: &Array, lanes: usize) -> Result<Array> {
-        self.product_on_lanes(x, false, lanes)
+    /// quantized layer, whatever the number of rows (a few as vectors, see
+    /// [`Tuning::vector_rows`]), its output rows shared among the CPU lanes.
+    pub fn forward_as_stored(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
+        self.forward_rows(x, tuning)
     }
 
     /// The layer's product: a dense layer's matmul, or a quantized layer's (through its
@@ -356,6 +375,6 @@ impl Embedding {
     /// The table as a linear layer (the tied LM head): `[..., dim]` → `[..., vocab]`.
     pub fn as_linear(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
         // Quantized whatever the rows: the dense table would be vocab × dim (1.3 GB for E4B).
-        self.table.forward_as_stored(x, tuning.cpu_lanes)
+        self.table.forward_as_stored(x, tuning)
     }
 }

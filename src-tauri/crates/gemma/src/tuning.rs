@@ -23,6 +23,11 @@ pub struct Tuning {
     /// Tokens of the warm-up's first message after a load (0: a one-word message), so that the
     /// first follow-ups over a long history find the backend's kernels loaded.
     pub warm_up_history: usize,
+    /// Input rows up to which a quantized layer multiplies each row as a vector of its own (a
+    /// batch of matrix-vector products) instead of through the tiled quantized GEMM: a
+    /// speculative verify's few rows then cost about what one decode step's row costs where
+    /// the GEMM tiles many rows (CUDA: 64). 0 or 1: off.
+    pub vector_rows: usize,
 }
 
 impl Tuning {
@@ -65,6 +70,7 @@ impl Tuning {
                 "cpu" => 0,
                 _ => 2048,
             },
+            vector_rows: 0,
         }
     }
 

@@ -75,7 +75,7 @@ fn a_quantized_layer_in_half_precision_is_within_its_rounding_over_several_rows(
             if rows == 1 && !dense {
                 // One row keeps MLX's quantized kernel, as mlx-vlm does (on the CPU, in bf16,
                 // it accumulates in bf16: a few % off, and faster than dequantizing).
-                let stored = layer.forward_as_stored(&x, tuning.cpu_lanes).unwrap();
+                let stored = layer.forward_as_stored(&x, &tuning).unwrap();
                 assert_eq!(
                     relative_error(&y, &stored.as_dtype(Dtype::Float32).unwrap()),
                     0.0
@@ -107,7 +107,12 @@ fn a_quantized_layer_shared_among_cpu_lanes_gives_the_one_piece_result_exactly()
         for rows in [1, 5] {
             let x = normal(&[1, rows, inp], 4);
             let whole = quantized_matmul(&x, &words, &scales, &biases, true, 64, 4).unwrap();
-            let y = layer.forward_as_stored(&x, lanes).unwrap();
+            let tuning = Tuning {
+                cpu_lanes: lanes,
+                vector_rows: 0,
+                ..Tuning::for_flavor("cpu")
+            };
+            let y = layer.forward_as_stored(&x, &tuning).unwrap();
             assert_eq!(y.shape(), &[1, rows, out]);
             assert_eq!(
                 relative_error(&y, &whole),
@@ -137,6 +142,35 @@ fn the_dense_path_padded_to_a_row_bucket_gives_the_unpadded_rows_exactly() {
             assert_eq!(y.dtype(), dtype);
             let err = relative_error(&y, &expected.as_dtype(Dtype::Float32).unwrap());
             assert_eq!(err, 0.0, "{dtype:?}, {rows} rows");
+        }
+    }
+}
+
+#[test]
+fn a_few_rows_as_vectors_give_each_row_exactly_its_one_row_product() {
+    // A speculative verify's rows, each through the matrix-vector kernel a decode step uses.
+    let (out, inp) = (1040, 256);
+    let (words, scales, biases) = random_quantized(out, inp, 7);
+    let layer = quantized_layer(&words, scales, biases);
+    let tuning = Tuning {
+        cpu_lanes: 1,
+        vector_rows: 8,
+        ..Tuning::for_flavor("cpu")
+    };
+    for rows in [2, 5, 8] {
+        let x = normal(&[1, rows, inp], 8);
+        let y = layer.forward_as_stored(&x, &tuning).unwrap();
+        assert_eq!(y.shape(), &[1, rows, out]);
+        for r in 0..rows {
+            use mlx_rs::ops::indexing::IndexOp;
+            let one = layer
+                .forward_as_stored(&x.index((.., r..r + 1, ..)), &tuning)
+                .unwrap();
+            assert_eq!(
+                relative_error(&y.index((.., r..r + 1, ..)), &one),
+                0.0,
+                "{rows} rows, row {r}"
+            );
         }
     }
 }

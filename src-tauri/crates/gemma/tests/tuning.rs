@@ -74,6 +74,7 @@ fn plain() -> Tuning {
         dense_bucket: None,
         fused_single_query_head_dims: &[],
         warm_up_history: 0,
+        vector_rows: 0,
     }
 }
 
@@ -93,6 +94,7 @@ fn two_models_tuned_differently_in_one_process_give_the_same_logits() {
     });
     let fused = load(Tuning {
         fused_single_query_head_dims: &[64, 128],
+        vector_rows: 8,
         ..plain()
     });
     assert_eq!(lanes.tuning().cpu_lanes, 2);
@@ -115,7 +117,7 @@ fn two_models_tuned_differently_in_one_process_give_the_same_logits() {
     let err = relative_error(&sdpa, &expected);
     assert!(
         err < 1e-4,
-        "MLX's attention for one query: relative error {err:.2e}"
+        "MLX's attention for one query, rows as vectors: relative error {err:.2e}"
     );
 }
 
