@@ -8,6 +8,7 @@
 
 mod attachments;
 mod error;
+mod export;
 mod schema;
 mod search;
 mod settings;
@@ -17,6 +18,10 @@ mod types;
 
 pub use attachments::ATTACHMENTS_DIR;
 pub use error::{Error, Result};
+pub use export::{
+    markdown, Export, ExportedAttachment, ExportedConversation, ExportedFile, ExportedMessage,
+    ImportReport, EXPORT_FORMAT, EXPORT_VERSION,
+};
 pub use store::{Store, DATABASE_FILE};
 pub use stream::{StreamWriter, DEFAULT_FLUSH_INTERVAL, DEFAULT_MAX_PENDING_BYTES};
 pub use types::{
