@@ -22,6 +22,11 @@ const COMMANDS: &[&str] = &[
     "remove_pending_attachment",
     "attachment_thumbnail",
     "open_link",
+    "select_version",
+    "conversation_markdown",
+    "export_markdown",
+    "export_json",
+    "import_json",
 ];
 
 fn main() {
