@@ -95,13 +95,8 @@ export class Sidebar {
       el("div", { class: "sidebar-top" }, el("p", { class: "brand" }, "Gemma Desk"), newChat),
       el("div", { class: "search" }, icon("search"), this.searchInput),
       this.list,
-      el(
-        "div",
-        { class: "sidebar-bottom" },
-        settings,
-        el("div", { class: "transfer" }, importButton, exportAll),
-        this.version,
-      ),
+      el("div", { class: "sidebar-transfer" }, importButton, exportAll),
+      el("div", { class: "sidebar-bottom" }, settings, this.version),
     );
     this.render();
   }
