@@ -128,7 +128,7 @@ class Desktop:
             raise DesktopError(f"screen grab failed: {done.stderr.strip()}")
 
     def choose_folder(self, title: str, folder: Path, timeout: float, before_accept: Callable[[], None]) -> None:
-        """Picks `folder` (or a file) in the GTK open dialog titled `title`, typing its path as a user would.
+        """Picks `folder` in the GTK folder dialog titled `title`, typing its path as a user would.
 
         The dialog opens on "Recent", where a typed location is not accepted: Alt+Home goes to the
         home folder first, Ctrl+L opens the location field, and Enter in it chooses the folder.
@@ -147,6 +147,28 @@ class Desktop:
             if self.wait_until_gone(window, title, timeout=10):
                 return
         raise DesktopError(f"the folder dialog did not accept {folder} after 3 tries")
+
+    def open_file(self, title: str, path: Path, timeout: float, before_accept: Callable[[], None]) -> None:
+        """Opens `path` in the GTK open dialog titled `title`, typing its path into the location
+        field. Once GTK has seen the folder it completes the name inline, and the first Enter
+        only accepts the completion: then a second Enter opens the file."""
+        window = self.wait_for_window(title, timeout)
+        for attempt in range(3):
+            self.focus(window)
+            self.keys("alt+Home")
+            self.keys("ctrl+l")
+            self.keys("ctrl+a")
+            self.type(str(path))
+            if attempt == 0:
+                before_accept()
+            self.keys("Return")
+            if self.wait_until_gone(window, title, timeout=3):
+                return
+            self.focus(window)
+            self.keys("Return")
+            if self.wait_until_gone(window, title, timeout=10):
+                return
+        raise DesktopError(f"the open dialog did not accept {path} after 3 tries")
 
     def save_file(self, title: str, path: Path, timeout: float, before_accept: Callable[[], None]) -> None:
         """Saves as `path` in the GTK save dialog titled `title`, typing the whole path into its

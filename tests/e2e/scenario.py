@@ -199,6 +199,12 @@ class Window:
         self.s.click(item)
         wait_for("the conversation to open", lambda: self.active_conversation() == conversation_id, 15)
 
+    def dismiss_toasts(self) -> None:
+        """Closes the notes in the top corner (they cover the chat's header), as a user would."""
+        for close in self.s.find_all(f'{testid("toasts")} button'):
+            self.s.click(close)
+        wait_for("the notes to close", lambda: not self.s.find_all(f'{testid("toasts")} .toast'), 10)
+
     def version_count(self, message_id: str) -> str | None:
         """The "1/2" under a message with several versions; None when it has one."""
         element = self.s.find(f'{testid("message")}[data-message-id="{message_id}"] {testid("version-count")}')
@@ -538,6 +544,7 @@ class Scenario:
             win.click(testid("export-json"), "Export as JSON… in the chat menu")
             self.desktop.save_file(EXPORT_DIALOG, export, timeout=30, before_accept=lambda: steps.screen_shot("export-dialog"))
             wait_for(f"the export at {export}", lambda: export.is_file() and export.stat().st_size > 0, 30)
+            win.dismiss_toasts()
             win.click(testid("chat-menu"), "the chat menu")
             win.click(testid("export-markdown"), "Export as Markdown… in the chat menu")
             markdown = export.with_suffix(".md")
@@ -548,12 +555,15 @@ class Scenario:
             images = list((export.parent / "image chat_files").glob("*.png"))
             check(len(images) == 1 and images[0].read_bytes() == self.image.read_bytes(), f"the Markdown's image folder holds {images}")
 
+            win.dismiss_toasts()
             item = f'{testid("conversation-item")}[data-conversation-id="{image_conversation}"]'
+            # Its actions show on hover or keyboard focus: focus it as Tab would.
+            s.execute(f"document.querySelector('{item} .item-button').focus()")
             win.click(f"{item} {testid('delete')}", "Delete on the image chat")
             win.click(testid("confirm-ok"), "Delete in the confirmation")
             wait_for("the chat to leave the list", lambda: s.find(item) is None, 15)
             win.click(testid("import-chats"), "Import… in the sidebar")
-            self.desktop.choose_folder(IMPORT_DIALOG, export, timeout=30, before_accept=lambda: steps.screen_shot("import-dialog"))
+            self.desktop.open_file(IMPORT_DIALOG, export, timeout=30, before_accept=lambda: steps.screen_shot("import-dialog"))
             toast = wait_for("the import's summary", lambda: "Imported" in (s.text(s.find(".toasts")) if s.find(".toasts") else ""), 30)
             check(toast, "no summary after the import")
             win.open_conversation(image_conversation)
@@ -565,8 +575,9 @@ class Scenario:
             )
             steps.shot("imported")
 
+            win.dismiss_toasts()
             win.click(testid("import-chats"), "Import… in the sidebar again")
-            self.desktop.choose_folder(IMPORT_DIALOG, export, timeout=30, before_accept=lambda: None)
+            self.desktop.open_file(IMPORT_DIALOG, export, timeout=30, before_accept=lambda: None)
             wait_for(
                 "the second import to say it skipped everything",
                 lambda: "skipped" in (s.text(s.find(".toasts")) if s.find(".toasts") else ""),
