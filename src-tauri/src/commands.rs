@@ -249,9 +249,11 @@ pub fn select_version(
 #[tauri::command]
 pub fn conversation_markdown(state: Shared<'_>, id: String) -> Result<String, Error> {
     let conversation = state.store.get_conversation(&id)?;
-    Ok(chats::markdown(&conversation, |n, image| {
-        format!("[image {n}: {}]", image.mime)
-    }))
+    Ok(chats::markdown(
+        &conversation,
+        |n, image| format!("[image {n}: {}]", image.mime),
+        transfer::readable_answer,
+    ))
 }
 
 /// Saves a chat as Markdown where the person picks; `None` when the dialog was cancelled.

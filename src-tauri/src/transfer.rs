@@ -5,6 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use chats::{ImportReport, Store};
+use engine::tokenizer::{CHANNEL_CLOSE, CHANNEL_OPEN};
 use serde::Serialize;
 use tauri::AppHandle;
 use tauri_plugin_dialog::DialogExt;
@@ -30,7 +31,7 @@ pub fn export_markdown(app: &AppHandle, store: &Store, id: &str) -> Result<Optio
     let Some(path) = save_path(app, "Export chat as Markdown", &title, "Markdown", "md") else {
         return Ok(None);
     };
-    store.export_markdown(id, &path)?;
+    store.export_markdown(id, &path, readable_answer)?;
     Ok(Some(path.display().to_string()))
 }
 
@@ -108,6 +109,28 @@ fn save_path(
     picked.and_then(|p| p.into_path().ok())
 }
 
+/// An answer as Markdown to read: its thought channel (`<|channel>thought…<channel|>`, shown
+/// collapsed in the app) becomes a quote headed "Thought process", before the answer.
+pub fn readable_answer(text: &str) -> String {
+    let opening = format!("{CHANNEL_OPEN}thought");
+    let Some(start) = text.find(&opening) else {
+        return text.to_owned();
+    };
+    let after = &text[start + opening.len()..];
+    let (thought, rest) = match after.find(CHANNEL_CLOSE) {
+        Some(end) => (&after[..end], &after[end + CHANNEL_CLOSE.len()..]),
+        None => (after, ""),
+    };
+    let quoted: Vec<String> = thought
+        .trim()
+        .lines()
+        .map(|line| format!("> {line}").trim_end().to_owned())
+        .collect();
+    let before = text[..start].trim();
+    let answer = format!("{before}{}", rest.trim_start());
+    format!("> *Thought process*\n>\n{}\n\n{answer}", quoted.join("\n"))
+}
+
 /// A file name suggested from a title: letters, digits, spaces, `-` and `_` only (never a
 /// separator or a dot that could make it a path), at most 60 characters.
 pub fn file_stem(title: &str) -> String {
@@ -137,7 +160,17 @@ pub fn file_stem(title: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::file_stem;
+    use super::{file_stem, readable_answer};
+
+    #[test]
+    fn a_thought_reads_as_a_quote_before_the_answer() {
+        let text = "<|channel>thought\nThe user greets.\nBe brief.<channel|>Hello!";
+        assert_eq!(
+            readable_answer(text),
+            "> *Thought process*\n>\n> The user greets.\n> Be brief.\n\nHello!"
+        );
+        assert_eq!(readable_answer("Just **this**."), "Just **this**.");
+    }
 
     #[test]
     fn suggested_names_are_never_paths() {

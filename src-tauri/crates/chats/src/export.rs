@@ -210,8 +210,14 @@ impl Store {
     }
 
     /// Writes the conversation shown as Markdown to `path`, its images as files in a folder
-    /// next to it (`<name>_files/`), linked from the text.
-    pub fn export_markdown(&self, conversation_id: &str, path: &Path) -> Result<()> {
+    /// next to it (`<name>_files/`), linked from the text. `answer` gives an answer's
+    /// Markdown from its stored text (the caller knows the model's markers; this crate does not).
+    pub fn export_markdown(
+        &self,
+        conversation_id: &str,
+        path: &Path,
+        answer: impl Fn(&str) -> String,
+    ) -> Result<()> {
         let conversation = self.get_conversation(conversation_id)?;
         let stem = path
             .file_stem()
@@ -233,13 +239,14 @@ impl Store {
                 fs::copy(&from, &to).map_err(|e| Error::io("write", &to, e))?;
             }
         }
-        let text = markdown(&conversation, |n, attachment| {
+        let image = |n, attachment: &crate::types::Attachment| {
             format!(
                 "![image {n}]({}/{})",
                 link_path(&folder_name),
                 image_file_name(attachment)
             )
-        });
+        };
+        let text = markdown(&conversation, image, answer);
         fs::write(path, text).map_err(|e| Error::io("write", path, e))
     }
 }
@@ -279,10 +286,13 @@ fn link_path(name: &str) -> String {
     out
 }
 
-/// The Markdown of a conversation: title, then each message under who wrote it.
+/// The Markdown of a conversation: title, then each message under who wrote it. `image` gives
+/// each attachment's Markdown (a link to where it was written, or a description), `answer` an
+/// answer's Markdown from its stored text.
 pub fn markdown(
     conversation: &Conversation,
     image: impl Fn(usize, &crate::types::Attachment) -> String,
+    answer: impl Fn(&str) -> String,
 ) -> String {
     let title: String = conversation
         .title
@@ -306,7 +316,11 @@ pub fn markdown(
             out.push_str(&image(image_number, attachment));
             out.push_str("\n\n");
         }
-        let text = message.text.trim_end();
+        let text = match message.role {
+            Role::Assistant => answer(&message.text),
+            Role::User | Role::System => message.text.clone(),
+        };
+        let text = text.trim_end();
         if !text.is_empty() {
             out.push_str(text);
             out.push('\n');

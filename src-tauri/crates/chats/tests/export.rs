@@ -272,7 +272,9 @@ fn markdown_reads_as_the_conversation_shown_with_images_beside_it() {
     fs::create_dir(&out).unwrap();
     let path = out.join("My chat.md");
 
-    store.export_markdown(&chat, &path).unwrap();
+    store
+        .export_markdown(&chat, &path, |text| text.to_owned())
+        .unwrap();
 
     let text = fs::read_to_string(&path).unwrap();
     assert!(text.starts_with("# Photos & plans\n"), "{text}");
