@@ -669,12 +669,29 @@ fn ids_from_bytes(bytes: &[u8]) -> Option<Vec<u32>> {
     )
 }
 
-const SUMMARY_SELECT: &str = "SELECT c.id, c.title, c.model, c.pinned, c.created_at, c.updated_at,
-        (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id),
-        (SELECT substr(m.text, 1, 400) FROM messages m
-         WHERE m.conversation_id = c.id AND m.role <> 'system' AND m.text <> ''
-         ORDER BY m.position DESC LIMIT 1)
-    FROM conversations c";
+/// The messages shown of conversation `c` (as [`shown_path`] walks them), with their depth.
+macro_rules! shown_cte {
+    () => {
+        "WITH RECURSIVE shown (id, depth) AS (
+             SELECT (SELECT m.id FROM messages m WHERE m.conversation_id = c.id
+                     AND m.parent_id IS NULL ORDER BY m.chosen_at DESC, m.position DESC LIMIT 1), 0
+             UNION ALL
+             SELECT (SELECT m.id FROM messages m WHERE m.parent_id = shown.id
+                     ORDER BY m.chosen_at DESC, m.position DESC LIMIT 1), shown.depth + 1
+             FROM shown WHERE shown.id IS NOT NULL)"
+    };
+}
+
+/// A conversation's row in the list; its count and preview are of the versions shown.
+const SUMMARY_SELECT: &str = concat!(
+    "SELECT c.id, c.title, c.model, c.pinned, c.created_at, c.updated_at, (",
+    shown_cte!(),
+    " SELECT COUNT(id) FROM shown), (",
+    shown_cte!(),
+    " SELECT substr(m.text, 1, 400) FROM shown JOIN messages m ON m.id = shown.id
+      WHERE m.role <> 'system' AND m.text <> '' ORDER BY shown.depth DESC LIMIT 1)
+    FROM conversations c"
+);
 
 fn summary(conn: &Connection, id: &str) -> Result<ConversationSummary> {
     conn.query_row(

@@ -88,6 +88,18 @@ fn regenerating_keeps_every_answer_and_flipping_shows_each_with_its_ids() {
     assert_eq!(message(&store, &chat, &second).generated, Some(vec![3, 4]));
     store.select_version(&chat, &second, 1).unwrap();
     assert_eq!(shown(&store, &chat).len(), 3);
+    // The list counts and previews the versions shown.
+    let listed = &store.list_conversations().unwrap()[0];
+    assert_eq!(
+        (listed.message_count, listed.preview.as_deref()),
+        (3, Some("Why?"))
+    );
+    store.select_version(&chat, &first, 2).unwrap();
+    let listed = &store.list_conversations().unwrap()[0];
+    assert_eq!(
+        (listed.message_count, listed.preview.as_deref()),
+        (2, Some("Blue"))
+    );
 }
 
 #[test]
