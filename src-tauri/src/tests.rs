@@ -497,6 +497,27 @@ fn export_delete_import_gives_back_every_message_and_image_byte_for_byte() {
 }
 
 #[test]
+fn token_ids_from_an_edited_export_never_reach_the_model_unchecked() {
+    let h = Harness::with_model();
+    let first = h.send("Question one", &short()).unwrap();
+    h.finish(first.generation_id);
+    let id = first.conversation.id.clone();
+    let mut export = h.state.store.export(None).unwrap();
+    // Ids that do not spell the answer's text: out of the vocabulary, and low (control) ids.
+    export.conversations[0].messages[1].generated = Some(vec![u32::MAX, 0, 1, 2, 3, 4, 5, 6]);
+    h.state.chat.delete_conversation(&id).unwrap();
+    h.state.store.import(&export).unwrap();
+
+    let follow = h.send_to(Some(&id), "Question two", &short()).unwrap();
+    let events = h.finish(follow.generation_id);
+
+    assert!(
+        matches!(events.last(), Some(GenerationEvent::Done { .. })),
+        "{events:?}"
+    );
+}
+
+#[test]
 fn a_conversation_that_outgrows_the_context_says_so_and_keeps_the_question() {
     let h = Harness::with_model();
     let settings = Settings {

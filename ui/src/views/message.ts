@@ -11,7 +11,7 @@ import { splitThinking } from "../markdown/thinking";
 
 export interface MessageActions {
   regenerate(message: Message): void;
-  /** Replaces a user message's text and answers again. */
+  /** Sends an edited user message as a new version of its turn and answers it. */
   edit(message: Message, text: string): void;
   stop(message: Message): void;
   /** Shows version `version` (from 1) of the message's turn. */
@@ -26,7 +26,7 @@ export interface MessageActions {
 export interface MessageFlags {
   /** No answer is being generated: edit and regenerate are possible. */
   idle: boolean;
-  /** This is the conversation's last answer (the one regenerate replaces). */
+  /** This is the conversation's last answer (the one regenerate writes a new version of). */
   lastAnswer: boolean;
   /** Tokens the model can hold, for "context used". */
   contextWindow: number | null;
