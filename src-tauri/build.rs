@@ -23,6 +23,7 @@ const COMMANDS: &[&str] = &[
     "attachment_thumbnail",
     "open_link",
     "select_version",
+    "open_message",
     "conversation_markdown",
     "export_markdown",
     "export_json",

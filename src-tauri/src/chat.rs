@@ -175,6 +175,18 @@ impl Chat {
         Ok(self.store.get_conversation(conversation_id)?)
     }
 
+    /// The conversation with `message_id` shown (the branch holding it chosen, unless an answer
+    /// is being written in it).
+    pub fn open_at(&self, conversation_id: &str, message_id: &str) -> Result<Conversation, Error> {
+        let answering = lock(&self.active)
+            .as_ref()
+            .is_some_and(|active| active.conversation_id == conversation_id);
+        if !answering {
+            self.store.show_message(conversation_id, message_id)?;
+        }
+        Ok(self.store.get_conversation(conversation_id)?)
+    }
+
     /// Sends an edited user message (keeping its images) as a new version of its turn: the
     /// original and everything after it stay one version back. Then answers it.
     pub fn edit(

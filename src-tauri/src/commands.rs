@@ -82,6 +82,16 @@ pub fn get_conversation(state: Shared<'_>, id: String) -> Result<Conversation, E
     Ok(state.store.get_conversation(&id)?)
 }
 
+/// A conversation opened at a message (a search hit), showing the versions that hold it.
+#[tauri::command]
+pub fn open_message(
+    state: Shared<'_>,
+    conversation_id: String,
+    message_id: String,
+) -> Result<Conversation, Error> {
+    state.chat.open_at(&conversation_id, &message_id)
+}
+
 #[tauri::command]
 pub fn rename_conversation(state: Shared<'_>, id: String, title: String) -> Result<(), Error> {
     Ok(state.store.rename_conversation(&id, title.trim())?)

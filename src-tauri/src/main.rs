@@ -78,6 +78,7 @@ fn run() -> anyhow::Result<()> {
             commands::attachment_view,
             commands::open_link,
             commands::select_version,
+            commands::open_message,
             commands::conversation_markdown,
             commands::export_markdown,
             commands::export_json,

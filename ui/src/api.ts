@@ -121,6 +121,11 @@ export function getConversation(id: string): Promise<Conversation> {
   return call("get_conversation", { id });
 }
 
+/** A conversation opened at a message (a search hit): the versions holding it are shown. */
+export function openMessage(conversationId: string, messageId: string): Promise<Conversation> {
+  return call("open_message", { conversationId, messageId });
+}
+
 export function renameConversation(id: string, title: string): Promise<void> {
   return call("rename_conversation", { id, title });
 }

@@ -406,6 +406,8 @@ describe("conversations", () => {
     expect(hit?.textContent).toContain("<img src=x onerror=alert(1)>");
     click(hit?.querySelector("button") ?? null);
     await settle();
+    // Opened at the hit, so a hit in a version not shown brings that version into view.
+    expect(callsOf("open_message").at(-1)?.args).toEqual({ conversationId: chat.id, messageId: "a1" });
     expect(messages()).toHaveLength(2);
   });
 });

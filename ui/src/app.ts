@@ -416,7 +416,7 @@ export class App {
     const title = this.state.conversations.get().find((c) => c.id === id)?.title ?? null;
     chat.set({ id, messages: [], loading: true, title, serial });
     try {
-      const conversation = await api.getConversation(id);
+      const conversation = messageId ? await api.openMessage(id, messageId) : await api.getConversation(id);
       if (serial !== chat.get().serial) return;
       const messages = conversation.messages.map((message) => this.withLiveState(message));
       const last = [...messages].reverse().find((message) => message.role === "assistant");

@@ -99,6 +99,11 @@ export class FakeBackend {
       if (!conversation) throw { kind: "notFound", message: "That chat no longer exists." };
       return structuredClone(conversation);
     });
+    handle("open_message", ({ conversationId }) => {
+      const conversation = this.conversations.get(conversationId as string);
+      if (!conversation) throw { kind: "notFound", message: "That chat no longer exists." };
+      return structuredClone(conversation);
+    });
     handle("rename_conversation", ({ id, title }) => {
       const conversation = this.conversations.get(id as string);
       if (conversation) conversation.title = title as string;

@@ -341,6 +341,37 @@ impl Store {
         })
     }
 
+    /// Shows the branch that holds `message_id` (a search hit in a version not shown): it and
+    /// each message before it become the versions shown. Nothing changes when it is shown.
+    pub fn show_message(&self, conversation_id: &str, message_id: &str) -> Result<()> {
+        self.with("showing a message", |inner| {
+            let tx = inner.conn.transaction()?;
+            let mut chain = vec![node_of(&tx, conversation_id, message_id)?];
+            while let Some(parent) = chain.last().and_then(|node| node.parent_id.clone()) {
+                if chain.len() > 1_000_000 {
+                    return Err(Error::InvalidInput(format!(
+                        "message {message_id} has no first message"
+                    )));
+                }
+                chain.push(node_of(&tx, conversation_id, &parent)?);
+            }
+            if shown_path(&tx, conversation_id)?
+                .iter()
+                .any(|m| m.id == message_id)
+            {
+                return Ok(());
+            }
+            for node in chain.iter().rev() {
+                tx.execute(
+                    &format!("UPDATE messages SET chosen_at = {NEXT_CHOICE} WHERE id = ?2"),
+                    params![conversation_id, node.id],
+                )?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
     /// Shows version `version` (from 1) of `message_id`'s turn, with the messages that followed
     /// it when it was last shown.
     pub fn select_version(

@@ -173,3 +173,28 @@ fn a_version_that_does_not_exist_is_refused_and_changes_nothing() {
     assert!(matches!(err, Error::NotFound { .. }), "{err}");
     assert_eq!(shown(&store, &chat), before);
 }
+
+#[test]
+fn a_message_in_a_version_not_shown_can_be_brought_into_view() {
+    let (_dir, store) = open();
+    let chat = store.create_conversation("Found").unwrap().id;
+    let q = store.add_message(&chat, Role::User, "q", &[]).unwrap();
+    let old = answer(&store, &chat, &q.id, "old answer", &[]);
+    let follow = store
+        .add_message(&chat, Role::User, "deep in the old branch", &[])
+        .unwrap();
+    answer(&store, &chat, &q.id, "new answer", &[]);
+    assert_eq!(shown(&store, &chat).len(), 2);
+
+    store.show_message(&chat, &follow.id).unwrap();
+
+    assert_eq!(
+        shown(&store, &chat),
+        [
+            row("q", 1, 1),
+            row("old answer", 1, 2),
+            row("deep in the old branch", 1, 1)
+        ]
+    );
+    assert_eq!(message(&store, &chat, &old).text, "old answer");
+}
