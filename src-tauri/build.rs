@@ -22,6 +22,12 @@ const COMMANDS: &[&str] = &[
     "remove_pending_attachment",
     "attachment_thumbnail",
     "open_link",
+    "select_version",
+    "open_message",
+    "conversation_markdown",
+    "export_markdown",
+    "export_json",
+    "import_json",
 ];
 
 fn main() {

@@ -14,6 +14,7 @@ use crate::memory::MemoryUsage;
 use crate::model_setup::ModelState;
 use crate::settings::Settings;
 use crate::status::AppStatus;
+use crate::transfer::Imported;
 
 /// Reads every `.ts` file in `dir` by name; a missing folder reads as empty.
 fn read_ts_files(dir: &Path) -> BTreeMap<String, String> {
@@ -49,6 +50,7 @@ fn ui_bindings_are_current() {
     chats::Conversation::export_all(&config).unwrap();
     chats::ConversationSummary::export_all(&config).unwrap();
     chats::SearchHit::export_all(&config).unwrap();
+    Imported::export_all(&config).unwrap();
     model_store::ModelCandidate::export_all(&config).unwrap();
 
     let fresh = read_ts_files(fresh_dir.path());

@@ -148,23 +148,47 @@ impl Chat {
         self.answer(&conversation, user_message, settings)
     }
 
-    /// Answers the last user message again, replacing the answers after it.
+    /// Answers the last user message again: the new answer is its next version, the earlier
+    /// ones are kept.
     pub fn regenerate(&self, conversation_id: &str, settings: &Settings) -> Result<Sent, Error> {
         self.check_can_start(&[])?;
         let conversation = self.store.get_conversation(conversation_id)?;
         let last_user = last_user_message(&conversation)?;
-        if let Some(next) = conversation
-            .messages
-            .iter()
-            .find(|m| m.position > last_user.position)
-        {
-            self.store.delete_messages_from(conversation_id, &next.id)?;
-        }
         self.answer(conversation_id, last_user, settings)
     }
 
-    /// Replaces a user message's text (keeping its images), drops everything after it and
-    /// answers again.
+    /// Shows another version of a message's turn (and what followed it).
+    pub fn select_version(
+        &self,
+        conversation_id: &str,
+        message_id: &str,
+        version: u32,
+    ) -> Result<Conversation, Error> {
+        if lock(&self.active)
+            .as_ref()
+            .is_some_and(|active| active.conversation_id == conversation_id)
+        {
+            return Err(Error::Busy);
+        }
+        self.store
+            .select_version(conversation_id, message_id, version)?;
+        Ok(self.store.get_conversation(conversation_id)?)
+    }
+
+    /// The conversation with `message_id` shown (the branch holding it chosen, unless an answer
+    /// is being written in it).
+    pub fn open_at(&self, conversation_id: &str, message_id: &str) -> Result<Conversation, Error> {
+        let answering = lock(&self.active)
+            .as_ref()
+            .is_some_and(|active| active.conversation_id == conversation_id);
+        if !answering {
+            self.store.show_message(conversation_id, message_id)?;
+        }
+        Ok(self.store.get_conversation(conversation_id)?)
+    }
+
+    /// Sends an edited user message (keeping its images) as a new version of its turn: the
+    /// original and everything after it stay one version back. Then answers it.
     pub fn edit(
         &self,
         conversation_id: &str,
@@ -190,11 +214,9 @@ impl Chat {
         }
         let images: Vec<chats::AttachmentInput> =
             original.attachments.iter().map(attachment_input).collect();
-        self.store
-            .delete_messages_from(conversation_id, message_id)?;
-        let user_message = self
-            .store
-            .add_message(conversation_id, Role::User, text, &images)?;
+        let user_message =
+            self.store
+                .add_message_version(conversation_id, message_id, text, &images)?;
         self.answer(conversation_id, user_message, settings)
     }
 
@@ -268,7 +290,8 @@ impl Chat {
             thinking: settings.thinking,
             options: settings.generate_options(),
         };
-        let writer = StreamWriter::begin(self.store.clone(), conversation_id)?;
+        let writer =
+            StreamWriter::begin_answer_to(self.store.clone(), conversation_id, &user_message.id)?;
         let mut active = lock(&self.active);
         if active.is_some() {
             drop(active);

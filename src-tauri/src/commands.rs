@@ -17,6 +17,7 @@ use crate::model_setup::ModelState;
 use crate::settings::Settings;
 use crate::state::AppState;
 use crate::status::{self, AppStatus};
+use crate::transfer::{self, Imported};
 
 type Shared<'a> = State<'a, AppState>;
 
@@ -79,6 +80,16 @@ pub fn list_conversations(state: Shared<'_>) -> Result<Vec<ConversationSummary>,
 #[tauri::command]
 pub fn get_conversation(state: Shared<'_>, id: String) -> Result<Conversation, Error> {
     Ok(state.store.get_conversation(&id)?)
+}
+
+/// A conversation opened at a message (a search hit), showing the versions that hold it.
+#[tauri::command]
+pub fn open_message(
+    state: Shared<'_>,
+    conversation_id: String,
+    message_id: String,
+) -> Result<Conversation, Error> {
+    state.chat.open_at(&conversation_id, &message_id)
 }
 
 #[tauri::command]
@@ -229,4 +240,57 @@ pub fn open_link(app: AppHandle, url: String) -> Result<(), Error> {
     app.opener()
         .open_url(url, None::<&str>)
         .map_err(|e| Error::Internal(format!("could not open the link: {e}")))
+}
+
+/// Shows version `version` (from 1) of a message's turn; returns the conversation as shown.
+#[tauri::command]
+pub fn select_version(
+    state: Shared<'_>,
+    conversation_id: String,
+    message_id: String,
+    version: u32,
+) -> Result<Conversation, Error> {
+    state
+        .chat
+        .select_version(&conversation_id, &message_id, version)
+}
+
+/// The conversation shown, as Markdown (for the clipboard); images are described, not linked.
+#[tauri::command]
+pub fn conversation_markdown(state: Shared<'_>, id: String) -> Result<String, Error> {
+    let conversation = state.store.get_conversation(&id)?;
+    Ok(chats::markdown(
+        &conversation,
+        |n, image| format!("[image {n}: {}]", image.mime),
+        transfer::readable_answer,
+    ))
+}
+
+/// Saves a chat as Markdown where the person picks; `None` when the dialog was cancelled.
+#[tauri::command]
+pub async fn export_markdown(
+    app: AppHandle,
+    state: Shared<'_>,
+    id: String,
+) -> Result<Option<String>, Error> {
+    let store = state.store.clone();
+    blocking(move || transfer::export_markdown(&app, &store, &id)).await
+}
+
+/// Saves one chat (`id`) or all of them (`null`) as JSON; `None` when cancelled.
+#[tauri::command]
+pub async fn export_json(
+    app: AppHandle,
+    state: Shared<'_>,
+    id: Option<String>,
+) -> Result<Option<String>, Error> {
+    let store = state.store.clone();
+    blocking(move || transfer::export_json(&app, &store, id.as_deref())).await
+}
+
+/// Imports a JSON export the person picks.
+#[tauri::command]
+pub async fn import_json(app: AppHandle, state: Shared<'_>) -> Result<Imported, Error> {
+    let store = state.store.clone();
+    blocking(move || transfer::import_json(&app, &store)).await
 }

@@ -52,7 +52,9 @@ impl Error {
             Self::Invalid(_) | Self::Image(_) => ErrorKind::InvalidInput,
             Self::ContextFull { .. } => ErrorKind::ContextFull,
             Self::Chats(chats::Error::NotFound { .. }) => ErrorKind::NotFound,
-            Self::Chats(chats::Error::InvalidInput(_)) => ErrorKind::InvalidInput,
+            Self::Chats(chats::Error::InvalidInput(_) | chats::Error::BadExport(_)) => {
+                ErrorKind::InvalidInput
+            }
             Self::Chats(_) => ErrorKind::Io,
             Self::Engine(_) | Self::Internal(_) => ErrorKind::Internal,
         }

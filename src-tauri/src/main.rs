@@ -17,6 +17,7 @@ mod settings;
 mod state;
 mod status;
 mod sync;
+mod transfer;
 
 #[cfg(test)]
 mod bindings;
@@ -76,6 +77,12 @@ fn run() -> anyhow::Result<()> {
             commands::attachment_thumbnail,
             commands::attachment_view,
             commands::open_link,
+            commands::select_version,
+            commands::open_message,
+            commands::conversation_markdown,
+            commands::export_markdown,
+            commands::export_json,
+            commands::import_json,
         ])
         .build(tauri::generate_context!())
         .context("could not start the app")?;

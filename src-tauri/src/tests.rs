@@ -320,14 +320,27 @@ fn a_second_message_while_answering_is_refused_visibly_and_nothing_is_saved() {
     assert!(texts.is_empty());
 }
 
+/// The conversation shown: (text, version, versions) of each message.
+fn shown(h: &Harness, id: &str) -> Vec<(String, u32, u32)> {
+    h.state
+        .store
+        .get_conversation(id)
+        .unwrap()
+        .messages
+        .into_iter()
+        .map(|m| (m.text, m.version, m.versions))
+        .collect()
+}
+
 #[test]
-fn regenerate_replaces_the_last_answer_and_edit_drops_what_followed() {
+fn regenerate_keeps_the_earlier_answer_and_a_follow_up_continues_the_version_shown() {
     let h = Harness::with_model();
     let first = h.send("Question one", &short()).unwrap();
     h.finish(first.generation_id);
     let id = first.conversation.id.clone();
     let follow = h.send_to(Some(&id), "Question two", &short()).unwrap();
     h.finish(follow.generation_id);
+    let old_answer = h.state.store.get_conversation(&id).unwrap().messages[3].clone();
 
     let again = h.state.chat.regenerate(&id, &short()).unwrap();
     assert_eq!(again.user_message.id, follow.user_message.id);
@@ -335,7 +348,50 @@ fn regenerate_replaces_the_last_answer_and_edit_drops_what_followed() {
     let messages = h.state.store.get_conversation(&id).unwrap().messages;
     assert_eq!(messages.len(), 4);
     assert_eq!(messages[3].id, again.assistant_message_id);
-    assert!(messages.iter().all(|m| m.id != follow.assistant_message_id));
+    assert_eq!((messages[3].version, messages[3].versions), (2, 2));
+
+    // Back to the first version: its text, stats and generated ids are all still there.
+    let conversation = h
+        .state
+        .chat
+        .select_version(&id, &again.assistant_message_id, 1)
+        .unwrap();
+    let back = &conversation.messages[3];
+    assert_eq!(back.id, follow.assistant_message_id);
+    assert_eq!((back.version, back.versions), (1, 2));
+    assert_eq!(
+        (&back.text, &back.usage),
+        (&old_answer.text, &old_answer.usage)
+    );
+    assert!(back.generated.is_some());
+    assert_eq!(back.generated, old_answer.generated);
+
+    // A follow-up is answered after the version shown.
+    let third = h.send_to(Some(&id), "Question three", &short()).unwrap();
+    h.finish(third.generation_id);
+    let ids: Vec<String> = h
+        .state
+        .store
+        .get_conversation(&id)
+        .unwrap()
+        .messages
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(ids.len(), 6);
+    assert_eq!(ids[3], follow.assistant_message_id);
+    assert_eq!(ids[4], third.user_message.id);
+}
+
+#[test]
+fn editing_a_question_branches_and_the_old_branch_comes_back_after_a_restart() {
+    let h = Harness::with_model();
+    let first = h.send("Question one", &short()).unwrap();
+    h.finish(first.generation_id);
+    let id = first.conversation.id.clone();
+    let follow = h.send_to(Some(&id), "Question two", &short()).unwrap();
+    h.finish(follow.generation_id);
+    let before = shown(&h, &id);
 
     let edited = h
         .state
@@ -348,11 +404,117 @@ fn regenerate_replaces_the_last_answer_and_edit_drops_what_followed() {
         )
         .unwrap();
     h.finish(edited.generation_id);
-    let messages = h.state.store.get_conversation(&id).unwrap().messages;
-    let texts: Vec<&str> = messages.iter().map(|m| m.text.as_str()).collect();
-    assert_eq!(messages.len(), 2, "{texts:?}");
-    assert_eq!(texts[0], "Question one, edited");
-    assert_eq!(messages[1].status, MessageStatus::Complete);
+    let now = shown(&h, &id);
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert_eq!(now[0], ("Question one, edited".to_owned(), 2, 2));
+    let answer = &h.state.store.get_conversation(&id).unwrap().messages[1];
+    assert_eq!(answer.status, MessageStatus::Complete);
+
+    h.state
+        .chat
+        .select_version(&id, &edited.user_message.id, 1)
+        .unwrap();
+    let mut restored = before.clone();
+    restored[0].2 = 2;
+    assert_eq!(shown(&h, &id), restored);
+
+    let reopened = chats::Store::open(&DataDir::new(h.data_dir.clone()).chats()).unwrap();
+    let texts: Vec<(String, u32, u32)> = reopened
+        .get_conversation(&id)
+        .unwrap()
+        .messages
+        .into_iter()
+        .map(|m| (m.text, m.version, m.versions))
+        .collect();
+    assert_eq!(texts, restored);
+}
+
+#[test]
+fn export_delete_import_gives_back_every_message_and_image_byte_for_byte() {
+    let h = Harness::with_model();
+    let image = image::RgbImage::from_pixel(40, 30, image::Rgb([10, 200, 30]));
+    let mut png = Vec::new();
+    image
+        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .unwrap();
+    let pending = h.state.attachments.add_bytes("green.png", &png).unwrap();
+    let settings = Settings {
+        image_token_budget: 70,
+        ..short()
+    };
+    let sent = h
+        .state
+        .chat
+        .send(
+            SendRequest {
+                conversation_id: None,
+                text: "What colour?".into(),
+                attachment_ids: vec![pending.id.clone()],
+            },
+            &settings,
+        )
+        .unwrap();
+    h.finish(sent.generation_id);
+    let id = sent.conversation.id.clone();
+    let again = h.state.chat.regenerate(&id, &settings).unwrap();
+    h.finish(again.generation_id);
+    let before = h.state.store.export(None).unwrap();
+    let file = h.data_dir.join("export.json");
+    crate::transfer::write_json(&h.state.store, None, &file).unwrap();
+
+    h.state.chat.delete_conversation(&id).unwrap();
+    let report = crate::transfer::read_and_import(&h.state.store, &file).unwrap();
+
+    assert_eq!((report.conversations_added, report.messages_added), (1, 3));
+    let mut after = h.state.store.export(None).unwrap();
+    after.exported_at = before.exported_at;
+    assert_eq!(
+        after, before,
+        "every message, version, id list and stat is back"
+    );
+    let conversation = h.state.store.get_conversation(&id).unwrap();
+    let path = h
+        .state
+        .store
+        .attachment_path(&conversation.messages[0].attachments[0].id)
+        .unwrap();
+    assert_eq!(std::fs::read(path).unwrap(), png);
+    assert_eq!(conversation.messages[1].id, again.assistant_message_id);
+
+    // The same file again adds nothing.
+    let twice = crate::transfer::read_and_import(&h.state.store, &file).unwrap();
+    assert_eq!((twice.messages_added, twice.messages_skipped), (0, 3));
+    assert_eq!(h.state.store.list_conversations().unwrap().len(), 1);
+
+    // A damaged copy is refused in words and changes nothing.
+    let json = std::fs::read(&file).unwrap();
+    h.state.chat.delete_conversation(&id).unwrap();
+    std::fs::write(&file, &json[..json.len() - 100]).unwrap();
+    let err = crate::transfer::read_and_import(&h.state.store, &file).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("nothing was changed"), "{err}");
+    assert!(h.state.store.list_conversations().unwrap().is_empty());
+}
+
+#[test]
+fn token_ids_from_an_edited_export_never_reach_the_model_unchecked() {
+    let h = Harness::with_model();
+    let first = h.send("Question one", &short()).unwrap();
+    h.finish(first.generation_id);
+    let id = first.conversation.id.clone();
+    let mut export = h.state.store.export(None).unwrap();
+    // Ids that do not spell the answer's text: out of the vocabulary, and low (control) ids.
+    export.conversations[0].messages[1].generated = Some(vec![u32::MAX, 0, 1, 2, 3, 4, 5, 6]);
+    h.state.chat.delete_conversation(&id).unwrap();
+    h.state.store.import(&export).unwrap();
+
+    let follow = h.send_to(Some(&id), "Question two", &short()).unwrap();
+    let events = h.finish(follow.generation_id);
+
+    assert!(
+        matches!(events.last(), Some(GenerationEvent::Done { .. })),
+        "{events:?}"
+    );
 }
 
 #[test]

@@ -148,6 +148,43 @@ class Desktop:
                 return
         raise DesktopError(f"the folder dialog did not accept {folder} after 3 tries")
 
+    def open_file(self, title: str, path: Path, timeout: float, before_accept: Callable[[], None]) -> None:
+        """Opens `path` in the GTK open dialog titled `title`, typing its path into the location
+        field. Once GTK has seen the folder it completes the name inline, and the first Enter
+        only accepts the completion: then a second Enter opens the file."""
+        window = self.wait_for_window(title, timeout)
+        for attempt in range(3):
+            self.focus(window)
+            self.keys("alt+Home")
+            self.keys("ctrl+l")
+            self.keys("ctrl+a")
+            self.type(str(path))
+            if attempt == 0:
+                before_accept()
+            self.keys("Return")
+            if self.wait_until_gone(window, title, timeout=3):
+                return
+            self.focus(window)
+            self.keys("Return")
+            if self.wait_until_gone(window, title, timeout=10):
+                return
+        raise DesktopError(f"the open dialog did not accept {path} after 3 tries")
+
+    def save_file(self, title: str, path: Path, timeout: float, before_accept: Callable[[], None]) -> None:
+        """Saves as `path` in the GTK save dialog titled `title`, typing the whole path into its
+        name field (which has the focus and takes a full path), as a user may."""
+        window = self.wait_for_window(title, timeout)
+        for attempt in range(3):
+            self.focus(window)
+            self.keys("ctrl+a")
+            self.type(str(path))
+            if attempt == 0:
+                before_accept()
+            self.keys("Return")
+            if self.wait_until_gone(window, title, timeout=10):
+                return
+        raise DesktopError(f"the save dialog did not accept {path} after 3 tries")
+
     def drag_files(self, files: list[Path], source_at: tuple[int, int], target: tuple[int, int], while_over: Callable[[], None]) -> None:
         """Drags `files` from a helper window at `source_at` and drops them at `target` (XDND).
 

@@ -5,17 +5,22 @@
  2. "Choose Folder…" opens the native GTK folder dialog; typing the fixture's path loads it.
  3. A message streams in: the answer grows across polls, then completes.
  4. Esc stops a long answer mid-stream; its text is kept and marked stopped.
- 5. Regenerate replaces the stopped answer with a new, complete one.
+ 5. Regenerate makes a new, complete answer; the stopped one stays as version 1/2, and ‹ ›
+    flips between them. Editing the first question branches (the edited question is 2/2 with
+    its own answer); switching back restores every later message.
  6. After quitting and starting again, the model is loaded again by itself and the conversation
     is listed and opens with every message as it was.
  7. An image dropped from another window (a real XDND drop) shows as a pending thumbnail; sent,
     it shows in the message, and is still there after another restart.
- 8. Search finds the conversation by a word of its first message.
- 9. A conversation of hostile markdown (written into the chats database while the app is closed,
+ 8. The image chat is exported as JSON and Markdown (native save dialogs), deleted, and
+    imported back (native open dialog) with every message and its image; importing it again
+    adds nothing.
+ 9. Search finds the conversation by a word of its first message.
+ 10. A conversation of hostile markdown (written into the chats database while the app is closed,
     so it reaches the page like any stored answer) renders inert: nothing runs, loads or navigates,
     and a link in it only asks before opening in the browser.
-10. Every run of the webview loaded nothing but the bundled app (checked before each restart too).
-11. From the window: the CSP blocks inline script, eval and remote loads; commands outside the
+11. Every run of the webview loaded nothing but the bundled app (checked before each restart too).
+12. From the window: the CSP blocks inline script, eval and remote loads; commands outside the
     capability are refused; scripts cannot navigate the webview away or open another window.
 
 With --offline (run.sh passes it) the whole scenario runs in a network namespace with only
@@ -50,6 +55,9 @@ T = TypeVar("T")
 IDENTIFIER = "app.gemmadesk.desktop"  # tauri.conf.json `identifier`: names the default data folder
 WELCOME = "Welcome to Gemma Desk"
 FOLDER_DIALOG = "Choose a Gemma 4 model folder"  # the title commands.rs gives the dialog
+EXPORT_DIALOG = "Export as JSON"  # the titles transfer.rs gives its dialogs
+MARKDOWN_DIALOG = "Export chat as Markdown"
+IMPORT_DIALOG = "Import chats"
 
 FIRST_MESSAGE = "Hello Gemma, tell me about lighthouses."
 SECOND_MESSAGE = "Now write a very long story about the sea."
@@ -191,6 +199,17 @@ class Window:
         self.s.click(item)
         wait_for("the conversation to open", lambda: self.active_conversation() == conversation_id, 15)
 
+    def dismiss_toasts(self) -> None:
+        """Closes the notes in the top corner (they cover the chat's header), as a user would."""
+        for close in self.s.find_all(f'{testid("toasts")} button'):
+            self.s.click(close)
+        wait_for("the notes to close", lambda: not self.s.find_all(f'{testid("toasts")} .toast'), 10)
+
+    def version_count(self, message_id: str) -> str | None:
+        """The "1/2" under a message with several versions; None when it has one."""
+        element = self.s.find(f'{testid("message")}[data-message-id="{message_id}"] {testid("version-count")}')
+        return self.s.text(element).strip() if element else None
+
     def image_loaded(self, image: str) -> bool:
         """Whether an <img> shows a decoded picture (not a broken or missing one)."""
         return bool(self.s.property(image, "complete")) and (self.s.property(image, "naturalWidth") or 0) > 0
@@ -290,6 +309,7 @@ def drag_positions(app: Rect, screen: tuple[int, int]) -> tuple[tuple[int, int],
 class Scenario:
     def __init__(self, args: argparse.Namespace, temp: Path) -> None:
         self.args = args
+        self.temp = temp
         self.home, self.data_dir = temp / "home", temp / "data"
         self.home.mkdir()
         self.image = temp / "pictures" / "sunset.png"
@@ -405,7 +425,7 @@ class Scenario:
             print(f"e2e:   stopped {took:.2f}s after Esc (WebDriver round trips included); stats: {stats}")
             steps.shot("stopped")
 
-        with steps.step("Regenerate replaces the stopped answer with a complete one"):
+        with steps.step("Regenerate keeps the stopped answer as version 1/2, and ‹ › flips between them"):
             win.set_settings({"maxTokens": str(SHORT_ANSWER)})
             before = {m.id for m in win.messages()}
             win.click(f'{testid("message")}[data-message-id="{stopped.id}"] {testid("regenerate")}', "Regenerate on the stopped answer")
@@ -416,9 +436,41 @@ class Scenario:
             check([m.role for m in messages] == ["user", "assistant"] * 2, f"messages after regenerate: {messages}")
             check(stopped.id not in {m.id for m in messages}, "the stopped answer is still shown after Regenerate")
             check(messages[2].text == SECOND_MESSAGE, f"the second user message reads {messages[2].text!r}")
+            check(win.version_count(answer.id) == "2/2", f"the new answer reads {win.version_count(answer.id)!r}, not 2/2")
             steps.shot("regenerated")
+
+            win.click(f'{testid("message")}[data-message-id="{answer.id}"] {testid("version-previous")}', "‹ on the new answer")
+            back = wait_for(
+                "the stopped answer to come back as version 1",
+                lambda: (m := win.messages()) and len(m) == 4 and m[3].id == stopped.id and m[3],
+                15,
+            )
+            check(back.status == "stopped" and back.text == stopped.text, f"version 1 reads {back}, expected {stopped}")
+            check("Stopped" in answer_stats(s, stopped.id)[0], "version 1 lost its stats")
+            check(win.version_count(stopped.id) == "1/2", f"the old answer reads {win.version_count(stopped.id)!r}")
+            steps.shot("version-1-of-2")
+            win.click(f'{testid("message")}[data-message-id="{stopped.id}"] {testid("version-next")}', "› on the old answer")
+            wait_for("the new answer to be shown again", lambda: (m := win.messages()) and m[3].id == answer.id, 15)
+            wait_same("the conversation on version 2", win.messages, messages, 15)
+
+        with steps.step("editing the first question branches; switching back restores what followed"):
+            history = win.messages()
+            question = history[0]
+            win.click(f'{testid("message")}[data-message-id="{question.id}"] {testid("edit")}', "Edit on the first question")
+            field = win.need(testid("edit-field"), "the edit field")
+            s.send_keys(field, " Briefly." + KEY_ENTER)
+            edited_answer, _ = watch_answer(win, {m.id for m in history}, ANSWER_TIMEOUT)
+            check(edited_answer.status == "complete", f"the answer to the edit ended {edited_answer.status!r}")
+            branch = win.messages()
+            check(len(branch) == 2, f"after the edit the chat shows {len(branch)} messages: {branch}")
+            check(branch[0].text == FIRST_MESSAGE + " Briefly.", f"the edited question reads {branch[0].text!r}")
+            check(win.version_count(branch[0].id) == "2/2", f"the edited question reads {win.version_count(branch[0].id)!r}")
+            steps.shot("edit-branch")
+            win.click(f'{testid("message")}[data-message-id="{branch[0].id}"] {testid("version-previous")}', "‹ on the edited question")
+            wait_same("the original branch, every message back", win.messages, history, 15)
+            check(win.version_count(question.id) == "1/2", f"the original question reads {win.version_count(question.id)!r}")
+            steps.shot("branch-restored")
             first_conversation = win.active_conversation()
-            history = messages
 
         with steps.step("after a restart the model reloads and the conversation opens as it was"):
             win = self.restart()
@@ -483,6 +535,57 @@ class Scenario:
                 60,
             )
             steps.shot("image-after-restart")
+
+        with steps.step("export as JSON, delete, import: every message and image comes back"):
+            export = self.temp / "exports" / "image chat.json"
+            export.parent.mkdir(parents=True, exist_ok=True)
+            win.click(testid("chat-menu"), "the chat menu")
+            steps.shot("chat-menu")
+            win.click(testid("export-json"), "Export as JSON… in the chat menu")
+            self.desktop.save_file(EXPORT_DIALOG, export, timeout=30, before_accept=lambda: steps.screen_shot("export-dialog"))
+            wait_for(f"the export at {export}", lambda: export.is_file() and export.stat().st_size > 0, 30)
+            win.dismiss_toasts()
+            win.click(testid("chat-menu"), "the chat menu")
+            win.click(testid("export-markdown"), "Export as Markdown… in the chat menu")
+            markdown = export.with_suffix(".md")
+            self.desktop.save_file(MARKDOWN_DIALOG, markdown, timeout=30, before_accept=lambda: None)
+            wait_for(f"the Markdown at {markdown}", lambda: markdown.is_file(), 30)
+            text = markdown.read_text()
+            check(IMAGE_MESSAGE in text, f"the Markdown export lacks the question: {text[:300]!r}")
+            images = list((export.parent / "image chat_files").glob("*.png"))
+            check(len(images) == 1 and images[0].read_bytes() == self.image.read_bytes(), f"the Markdown's image folder holds {images}")
+
+            win.dismiss_toasts()
+            item = f'{testid("conversation-item")}[data-conversation-id="{image_conversation}"]'
+            # Its actions show on hover or keyboard focus: focus it as Tab would.
+            s.execute(f"document.querySelector('{item} .item-button').focus()")
+            win.click(f"{item} {testid('delete')}", "Delete on the image chat")
+            win.click(testid("confirm-ok"), "Delete in the confirmation")
+            wait_for("the chat to leave the list", lambda: s.find(item) is None, 15)
+            win.click(testid("import-chats"), "Import… in the sidebar")
+            self.desktop.open_file(IMPORT_DIALOG, export, timeout=30, before_accept=lambda: steps.screen_shot("import-dialog"))
+            toast = wait_for("the import's summary", lambda: "Imported" in (s.text(s.find(".toasts")) if s.find(".toasts") else ""), 30)
+            check(toast, "no summary after the import")
+            win.open_conversation(image_conversation)
+            wait_same("the imported chat, every message as before", win.messages, image_history, 15)
+            wait_for(
+                "the imported image to show",
+                lambda: (e := win.shown(testid("message-attachment"))) is not None and win.image_loaded(e),
+                60,
+            )
+            steps.shot("imported")
+
+            win.dismiss_toasts()
+            win.click(testid("import-chats"), "Import… in the sidebar again")
+            self.desktop.open_file(IMPORT_DIALOG, export, timeout=30, before_accept=lambda: None)
+            wait_for(
+                "the second import to say it skipped everything",
+                lambda: "skipped" in (s.text(s.find(".toasts")) if s.find(".toasts") else ""),
+                30,
+            )
+            listed = [s.attribute(e, "data-conversation-id") for e in s.find_all(testid("conversation-item"))]
+            check(listed.count(image_conversation) == 1, f"the chat is listed {listed.count(image_conversation)} times after importing twice")
+            wait_same("the chat after importing twice", win.messages, image_history, 15)
 
         with steps.step("search finds the conversation"):
             search = win.need(testid("search"), "the search field")

@@ -117,10 +117,12 @@ def write_hostile_conversation(db: Path) -> tuple[str, int]:
             "VALUES (?, ?, ?, (SELECT COALESCE(MAX(updated_at), 0) + 1 FROM conversations))",
             (conversation, XSS_TITLE, now),
         )
+        # One branch: each message follows the one before it (`parent_id`), as the app writes them.
+        ids = [str(uuid.uuid4()) for _ in rows]
         conn.executemany(
-            "INSERT INTO messages (id, conversation_id, position, role, text, status, error, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(str(uuid.uuid4()), conversation, i, role, text, status, error, now)
+            "INSERT INTO messages (id, conversation_id, position, role, text, status, error, created_at, "
+            "parent_id, chosen_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(ids[i], conversation, i, role, text, status, error, now, ids[i - 1] if i else None, i + 1)
              for i, (role, text, status, error) in enumerate(rows)],
         )
     return conversation, len(rows)

@@ -15,6 +15,8 @@ import type { DownloadProgress } from "./bindings/DownloadProgress";
 import type { DropEvent } from "./bindings/DropEvent";
 import type { ErrorKind } from "./bindings/ErrorKind";
 import type { GenerationEvent } from "./bindings/GenerationEvent";
+import type { ImportReport } from "./bindings/ImportReport";
+import type { Imported } from "./bindings/Imported";
 import type { MemoryUsage } from "./bindings/MemoryUsage";
 import type { Message } from "./bindings/Message";
 import type { MessageStatus } from "./bindings/MessageStatus";
@@ -39,6 +41,8 @@ export type {
   DropEvent,
   ErrorKind,
   GenerationEvent,
+  ImportReport,
+  Imported,
   MemoryUsage,
   Message,
   MessageStatus,
@@ -117,6 +121,11 @@ export function getConversation(id: string): Promise<Conversation> {
   return call("get_conversation", { id });
 }
 
+/** A conversation opened at a message (a search hit): the versions holding it are shown. */
+export function openMessage(conversationId: string, messageId: string): Promise<Conversation> {
+  return call("open_message", { conversationId, messageId });
+}
+
 export function renameConversation(id: string, title: string): Promise<void> {
   return call("rename_conversation", { id, title });
 }
@@ -141,12 +150,20 @@ export function sendMessage(request: SendRequest): Promise<Sent> {
   return call("send_message", { request });
 }
 
-/** Drops the last answer and answers the last user message again. */
+/** Answers the last user message again as a new version; earlier answers are kept. */
 export function regenerate(conversationId: string): Promise<Sent> {
   return call("regenerate", { conversationId });
 }
 
-/** Replaces a user message's text, drops everything after it and answers again. */
+/** Shows version `version` (from 1) of a message's turn; resolves with the conversation shown. */
+export function selectVersion(conversationId: string, messageId: string, version: number): Promise<Conversation> {
+  return call("select_version", { conversationId, messageId, version });
+}
+
+/**
+ * Sends an edited user message as a new version of its turn and answers it; the original and
+ * everything after it stay, one version back.
+ */
 export function editMessage(conversationId: string, messageId: string, text: string): Promise<Sent> {
   return call("edit_message", { conversationId, messageId, text });
 }
@@ -154,6 +171,28 @@ export function editMessage(conversationId: string, messageId: string, text: str
 /** Stops a generation; false when it had already finished. */
 export function stopGeneration(generationId: number): Promise<boolean> {
   return call("stop_generation", { generationId });
+}
+
+// Export and import
+
+/** The conversation shown, as Markdown (for the clipboard). */
+export function conversationMarkdown(id: string): Promise<string> {
+  return call("conversation_markdown", { id });
+}
+
+/** Asks where to save and writes the chat as Markdown; resolves with the file, null when cancelled. */
+export function exportMarkdown(id: string): Promise<string | null> {
+  return call("export_markdown", { id });
+}
+
+/** Asks where to save and writes one chat (or, for null, every chat) as JSON; null when cancelled. */
+export function exportJson(id: string | null): Promise<string | null> {
+  return call("export_json", { id });
+}
+
+/** Asks for a JSON export and imports what is not here yet. */
+export function importJson(): Promise<Imported> {
+  return call("import_json");
 }
 
 // Settings

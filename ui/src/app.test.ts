@@ -406,6 +406,8 @@ describe("conversations", () => {
     expect(hit?.textContent).toContain("<img src=x onerror=alert(1)>");
     click(hit?.querySelector("button") ?? null);
     await settle();
+    // Opened at the hit, so a hit in a version not shown brings that version into view.
+    expect(callsOf("open_message").at(-1)?.args).toEqual({ conversationId: chat.id, messageId: "a1" });
     expect(messages()).toHaveLength(2);
   });
 });
@@ -643,6 +645,41 @@ describe("sending and streaming", () => {
     expect(messages()[1]?.textContent).not.toContain("Knock");
   });
 
+  it("keeps the earlier answer when regenerating and flips between versions with ‹ ›", async () => {
+    await mount();
+    const first = await sendText("Joke please");
+    backend.delta(first, "Knock knock", 2);
+    backend.done(first);
+    await drainFrames();
+    expect(messages()[1]?.querySelector('[data-testid="version-count"]')).toBeNull();
+    click($("regenerate"));
+    await settle();
+    const second = backend.lastSent;
+    backend.delta(second, "Why did", 2);
+    backend.done(second);
+    await drainFrames();
+    const answer = () => messages()[1] as HTMLElement;
+    const count = () => answer().querySelector('[data-testid="version-count"]')?.textContent;
+    expect(count()).toBe("2/2");
+    expect((answer().querySelector('[data-testid="version-next"]') as HTMLButtonElement).disabled).toBe(true);
+
+    click(answer().querySelector('[data-testid="version-previous"]'));
+    await settle();
+    expect(callsOf("select_version").at(-1)?.args).toEqual({
+      conversationId: first.conversation.id,
+      messageId: second.assistantMessageId,
+      version: 1,
+    });
+    expect(count()).toBe("1/2");
+    expect(answer().textContent).toContain("Knock knock");
+    expect(answer().textContent).not.toContain("Why did");
+
+    click(answer().querySelector('[data-testid="version-next"]'));
+    await settle();
+    expect(count()).toBe("2/2");
+    expect(answer().textContent).toContain("Why did");
+  });
+
   it("edits a user message and answers again", async () => {
     await mount();
     const first = await sendText("Capital of Frnace?");
@@ -685,6 +722,72 @@ describe("sending and streaming", () => {
     expect(thinking.querySelector("summary")?.textContent).toBe("Thought process");
     expect(answer.querySelector(".message-body")?.textContent?.trim()).toBe("Hello!");
     expect(answer.textContent).not.toContain("<|channel>");
+  });
+});
+
+describe("export and import", () => {
+  it("offers export and copy in the chat's menu only for a saved chat", async () => {
+    await mount();
+    const chatMenu = $("chat-menu")?.parentElement as HTMLElement;
+    expect(chatMenu.hidden).toBe(true);
+    const sent = await sendText("Plan a trip");
+    backend.done(sent);
+    await settle();
+    expect(chatMenu.hidden).toBe(false);
+
+    click($("chat-menu"));
+    expect(($("export-markdown")?.parentElement as HTMLElement).hidden).toBe(false);
+    click($("export-markdown"));
+    await settle();
+    expect(callsOf("export_markdown").at(-1)?.args).toEqual({ id: sent.conversation.id });
+    expect(root.textContent).toContain(`Exported to /Users/ada/Documents/${sent.conversation.id}.md`);
+    expect(($("export-json")?.parentElement as HTMLElement).hidden).toBe(true);
+
+    click($("chat-menu"));
+    click($("export-json"));
+    await settle();
+    expect(callsOf("export_json").at(-1)?.args).toEqual({ id: sent.conversation.id });
+
+    const writeText = vi.fn(() => Promise.resolve());
+    Object.defineProperty(navigator, "clipboard", { value: { writeText }, configurable: true });
+    click($("chat-menu"));
+    click($("copy-conversation"));
+    await settle();
+    expect(writeText).toHaveBeenCalledWith("# Plan a trip\n");
+    expect(root.textContent).toContain("Conversation copied as Markdown");
+  });
+
+  it("exports every chat and imports, saying what was added and what was skipped", async () => {
+    await mount();
+    click($("export-all"));
+    await settle();
+    expect(callsOf("export_json").at(-1)?.args).toEqual({ id: null });
+    expect(root.textContent).toContain("Every chat exported to /Users/ada/Documents/all.json");
+
+    backend.addConversation("Imported chat", [message({ id: "i1", conversationId: "", role: "user", text: "Hi" })]);
+    backend.importReport = {
+      conversationsAdded: 1,
+      conversationsUpdated: 0,
+      conversationsUnchanged: 1,
+      messagesAdded: 1,
+      messagesSkipped: 4,
+    };
+    click($("import-chats"));
+    await settle();
+    expect(root.textContent).toContain("Imported 1 message (1 chat added); skipped 4 messages already here.");
+    expect($$("conversation-item").map((item) => item.querySelector(".item-title")?.textContent)).toContain(
+      "Imported chat",
+    );
+  });
+
+  it("shows why an import was refused", async () => {
+    await mount();
+    handle("import_json", () => {
+      throw { kind: "invalidInput", message: "this file cannot be imported, nothing was changed: it is not JSON" };
+    });
+    click($("import-chats"));
+    await settle();
+    expect(root.textContent).toContain("Could not import: this file cannot be imported, nothing was changed");
   });
 });
 

@@ -9,6 +9,7 @@ import type {
   Attachment,
   ConversationSummary,
   GenerationEvent,
+  ImportReport,
   Message,
   ModelState,
   PendingAttachment,
@@ -17,6 +18,7 @@ import type {
   UnlistenFn,
 } from "./api";
 import { ApiError, errorMessage } from "./api";
+import { copyText } from "./clipboard";
 import { el } from "./dom";
 import { thisMachine } from "./format";
 import { announce } from "./live";
@@ -86,6 +88,8 @@ export class App {
       delete: (conversation) => void this.deleteConversation(conversation),
       search: (query) => api.searchConversations(query),
       openSettings: () => void this.settingsDialog.open(),
+      exportAll: () => void this.exportAll(),
+      importChats: () => void this.importChats(),
     });
     this.composer = new Composer({
       send: (text) => void this.send(text),
@@ -100,6 +104,7 @@ export class App {
         regenerate: () => void this.regenerate(),
         edit: (message, text) => void this.edit(message, text),
         stop: () => void this.stop(),
+        selectVersion: (message, version) => void this.selectVersion(message, version),
         thumbnail: (attachment) => this.thumbnail(attachment),
         view: (attachment) => void this.viewImage(attachment),
       },
@@ -110,6 +115,11 @@ export class App {
         this.emptyTitle,
         this.emptyNote,
       ),
+      {
+        exportMarkdown: () => void this.exportChat("markdown"),
+        exportJson: () => void this.exportChat("json"),
+        copyConversation: () => void this.copyConversation(),
+      },
     );
     this.settingsDialog = new SettingsDialog(
       {
@@ -230,6 +240,7 @@ export class App {
     const open = this.state.chat.get();
     const listed = open.id === null ? undefined : this.state.conversations.get().find((c) => c.id === open.id);
     this.chat.setTitle(listed?.title ?? open.title);
+    this.chat.setMenuEnabled(open.id !== null);
   }
 
   private refreshChat(): void {
@@ -405,7 +416,7 @@ export class App {
     const title = this.state.conversations.get().find((c) => c.id === id)?.title ?? null;
     chat.set({ id, messages: [], loading: true, title, serial });
     try {
-      const conversation = await api.getConversation(id);
+      const conversation = messageId ? await api.openMessage(id, messageId) : await api.getConversation(id);
       if (serial !== chat.get().serial) return;
       const messages = conversation.messages.map((message) => this.withLiveState(message));
       const last = [...messages].reverse().find((message) => message.role === "assistant");
@@ -500,6 +511,8 @@ export class App {
       id: `${PENDING_PREFIX}message`,
       conversationId: conversationId ?? "",
       position: messages.length,
+      version: 1,
+      versions: 1,
       role: "user",
       text,
       status: "complete",
@@ -569,6 +582,69 @@ export class App {
     }
   }
 
+  /** Saves the open chat as Markdown or JSON where the person picks. */
+  private async exportChat(format: "markdown" | "json"): Promise<void> {
+    const id = this.state.chat.get().id;
+    if (!id) return;
+    try {
+      const path = format === "markdown" ? await api.exportMarkdown(id) : await api.exportJson(id);
+      if (path) this.toasts.show(`Exported to ${path}`);
+    } catch (error) {
+      this.toasts.show(`Could not export the chat: ${errorMessage(error)}`);
+    }
+  }
+
+  /** Copies the open chat (the versions shown) to the clipboard as Markdown. */
+  private async copyConversation(): Promise<void> {
+    const id = this.state.chat.get().id;
+    if (!id) return;
+    try {
+      const ok = await copyText(await api.conversationMarkdown(id));
+      this.toasts.show(ok ? "Conversation copied as Markdown" : "Could not copy the conversation");
+    } catch (error) {
+      this.toasts.show(`Could not copy the conversation: ${errorMessage(error)}`);
+    }
+  }
+
+  /** Saves every chat as one JSON file. */
+  private async exportAll(): Promise<void> {
+    try {
+      const path = await api.exportJson(null);
+      if (path) this.toasts.show(`Every chat exported to ${path}`);
+    } catch (error) {
+      this.toasts.show(`Could not export the chats: ${errorMessage(error)}`);
+    }
+  }
+
+  /** Imports a JSON export and says what it added and what it skipped. */
+  private async importChats(): Promise<void> {
+    try {
+      const { report } = await api.importJson();
+      if (!report) return;
+      this.toasts.show(importSummary(report));
+      await this.refreshConversations();
+      const open = this.state.chat.get().id;
+      if (open && report.messagesAdded > 0) void this.openConversation(open);
+    } catch (error) {
+      this.toasts.show(`Could not import: ${errorMessage(error)}`);
+    }
+  }
+
+  /** Shows another version of a turn, with what followed it. */
+  private async selectVersion(message: Message, version: number): Promise<void> {
+    const { chat } = this.state;
+    const { id: conversationId, serial } = chat.get();
+    if (!conversationId || this.generations.current() || this.state.sending.get()) return;
+    try {
+      const conversation = await api.selectVersion(conversationId, message.id, version);
+      if (serial !== chat.get().serial) return;
+      chat.patch({ messages: conversation.messages.map((m) => this.withLiveState(m)) });
+      announce(`Version ${version} of ${message.versions}`);
+    } catch (error) {
+      this.failed(error, "Could not show that version", conversationId);
+    }
+  }
+
   /** A generation has started: show the user's message and the answer taking shape. */
   private accept(sent: Sent, serial: number): void {
     const live = this.generations.start(sent);
@@ -583,15 +659,24 @@ export class App {
       this.state.chat.patch({
         id: sent.conversation.id,
         title: sent.conversation.title,
-        messages: [...earlier, sent.userMessage, this.answerFor(sent, live)],
+        messages: [...earlier, sent.userMessage, this.answerFor(sent, live, this.replacedAnswer(open.messages, sent))],
       });
       announce("Gemma is answering");
     }
     this.updateGenerating();
   }
 
-  private answerFor(sent: Sent, live: LiveGeneration | null): Message {
+  /** For a regenerated answer: the answer it is a new version of (shown until now). */
+  private replacedAnswer(shown: Message[], sent: Sent): Message | undefined {
+    const question = shown[sent.userMessage.position];
+    if (question?.id !== sent.userMessage.id) return undefined;
+    const answer = shown[sent.userMessage.position + 1];
+    return answer?.role === "assistant" ? answer : undefined;
+  }
+
+  private answerFor(sent: Sent, live: LiveGeneration | null, replaced?: Message): Message {
     const finished = this.finished.get(sent.assistantMessageId);
+    const versions = (replaced?.versions ?? 0) + 1;
     return {
       id: sent.assistantMessageId,
       conversationId: sent.conversation.id,
@@ -603,6 +688,8 @@ export class App {
       usage: finished?.usage ?? null,
       createdAt: Date.now(),
       attachments: [],
+      version: versions,
+      versions,
     };
   }
 
@@ -863,6 +950,18 @@ function contextFullOf(conversationId: string | null, need: ContextNeed | null):
 }
 
 /** One wording per case, numbers grouped; advice only for what helps. */
+/** What an import did, in a sentence. */
+export function importSummary(report: ImportReport): string {
+  const count = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
+  const parts: string[] = [];
+  if (report.conversationsAdded) parts.push(`${count(report.conversationsAdded, "chat", "chats")} added`);
+  if (report.conversationsUpdated) parts.push(`${count(report.conversationsUpdated, "chat", "chats")} updated`);
+  const added = `Imported ${count(report.messagesAdded, "message", "messages")}`;
+  const what = parts.length ? `${added} (${parts.join(", ")})` : added;
+  if (!report.messagesSkipped) return `${what}.`;
+  return `${what}; skipped ${count(report.messagesSkipped, "message", "messages")} already here.`;
+}
+
 export function contextNoticeText(full: ContextFull): { title: string; detail: string } {
   const n = (value: number) => value.toLocaleString("en-US");
   const holds = full.window === null ? null : `The context window holds ${n(full.window)} tokens.`;

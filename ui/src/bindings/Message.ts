@@ -19,4 +19,12 @@ error: string | null,
 /**
  * Absent for user messages, unfinished answers, and usage rows this version cannot read.
  */
-usage: Usage | null, createdAt: number, attachments: Array<Attachment>, };
+usage: Usage | null, createdAt: number, attachments: Array<Attachment>, 
+/**
+ * Which version of its turn this is, from 1 (a regenerated answer, an edited question).
+ */
+version: number, 
+/**
+ * How many versions its turn has; 1 when it was never regenerated or edited.
+ */
+versions: number, };

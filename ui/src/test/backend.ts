@@ -4,6 +4,7 @@ import type {
   Conversation,
   ConversationSummary,
   GenerationEvent,
+  ImportReport,
   Message,
   ModelState,
   SearchHit,
@@ -51,6 +52,8 @@ export function message(partial: Partial<Message> & Pick<Message, "id" | "conver
     usage: null,
     createdAt: Date.now(),
     attachments: [],
+    version: 1,
+    versions: 1,
     ...partial,
   };
 }
@@ -83,12 +86,21 @@ export class FakeBackend {
   readonly sent: Sent[] = [];
   private nextGeneration = 1;
   private nextId = 1;
+  /** Every answer written to a user message (by its id), oldest first. */
+  private answers = new Map<string, Message[]>();
+  /** What `import_json` answers next (null: the dialog was cancelled). */
+  importReport: ImportReport | null = null;
 
   constructor() {
     handle("app_status", () => this.status);
     handle("list_conversations", () => this.list());
     handle("get_conversation", ({ id }) => {
       const conversation = this.conversations.get(id as string);
+      if (!conversation) throw { kind: "notFound", message: "That chat no longer exists." };
+      return structuredClone(conversation);
+    });
+    handle("open_message", ({ conversationId }) => {
+      const conversation = this.conversations.get(conversationId as string);
       if (!conversation) throw { kind: "notFound", message: "That chat no longer exists." };
       return structuredClone(conversation);
     });
@@ -128,6 +140,27 @@ export class FakeBackend {
     handle("remove_pending_attachment", () => undefined);
     handle("open_link", () => undefined);
     handle("pick_images", () => []);
+    handle("select_version", ({ conversationId, messageId, version }) =>
+      this.selectVersion(conversationId as string, messageId as string, version as number),
+    );
+    handle("conversation_markdown", ({ id }) => `# ${this.conversations.get(id as string)?.title ?? ""}\n`);
+    handle("export_markdown", ({ id }) => `/Users/ada/Documents/${String(id)}.md`);
+    handle("export_json", ({ id }) => `/Users/ada/Documents/${typeof id === "string" ? id : "all"}.json`);
+    handle("import_json", () => ({ report: this.importReport }));
+  }
+
+  private selectVersion(conversationId: string, messageId: string, version: number): Conversation {
+    const conversation = this.conversations.get(conversationId);
+    const index = conversation?.messages.findIndex((m) => m.id === messageId) ?? -1;
+    const question = conversation?.messages[index - 1];
+    const versions = question ? this.answers.get(question.id) : undefined;
+    const chosen = versions?.[version - 1];
+    if (!conversation || !versions || !chosen) throw { kind: "invalidInput", message: "No such version." };
+    conversation.messages = [
+      ...conversation.messages.slice(0, index),
+      { ...chosen, version, versions: versions.length },
+    ];
+    return structuredClone(conversation);
   }
 
   addConversation(
@@ -246,16 +279,19 @@ export class FakeBackend {
 
   private answer(conversation: Conversation, user: Message): Sent {
     const assistantMessageId = `m${this.nextId++}`;
-    conversation.messages.push(
-      message({
-        id: assistantMessageId,
-        conversationId: conversation.id,
-        position: user.position + 1,
-        role: "assistant",
-        text: "",
-        status: "streaming",
-      }),
-    );
+    const earlier = this.answers.get(user.id) ?? [];
+    const answer = message({
+      id: assistantMessageId,
+      conversationId: conversation.id,
+      position: user.position + 1,
+      role: "assistant",
+      text: "",
+      status: "streaming",
+      version: earlier.length + 1,
+      versions: earlier.length + 1,
+    });
+    this.answers.set(user.id, [...earlier, answer]);
+    conversation.messages.push(answer);
     conversation.updatedAt = Date.now();
     const sent = {
       conversation: this.summary(conversation),

@@ -2,6 +2,7 @@
 import type { Message } from "../api";
 import { el } from "../dom";
 import { icon } from "../icons";
+import { ChatMenu, type ChatMenuActions } from "./chat-menu";
 import { MessageView, type MessageActions, type MessageFlags } from "./message";
 
 export interface ChatContext {
@@ -40,12 +41,17 @@ export class ChatView {
   private stickToBottom = true;
   private lastScrollTop = 0;
 
+  private readonly menu: ChatMenu;
+
   constructor(
     composer: HTMLElement,
     private readonly actions: MessageActions,
     emptyState: HTMLElement,
+    menuActions: ChatMenuActions,
   ) {
     this.empty = emptyState;
+    this.menu = new ChatMenu(menuActions);
+    this.menu.setEnabled(false);
     this.scroller.append(this.list);
     // Follow new text while the view is at the bottom; scrolling up (and only that) stops
     // following, so content that grows late (math, images) never unsticks it by itself.
@@ -65,7 +71,7 @@ export class ChatView {
     this.element = el(
       "section",
       { class: "chat", "aria-labelledby": "chat-title" },
-      el("header", { class: "chat-header" }, this.title),
+      el("header", { class: "chat-header" }, this.title, this.menu.element),
       this.scroller,
       el("div", { class: "chat-bottom" }, this.jump, this.notice, composer),
     );
@@ -73,6 +79,11 @@ export class ChatView {
 
   setTitle(title: string | null): void {
     this.title.textContent = title ?? "New Chat";
+  }
+
+  /** Offers the chat menu (export, copy) while a saved chat is open. */
+  setMenuEnabled(enabled: boolean): void {
+    this.menu.setEnabled(enabled);
   }
 
   /** Shows `messages`, reusing the views of messages already on screen. */

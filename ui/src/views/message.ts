@@ -11,9 +11,11 @@ import { splitThinking } from "../markdown/thinking";
 
 export interface MessageActions {
   regenerate(message: Message): void;
-  /** Replaces a user message's text and answers again. */
+  /** Sends an edited user message as a new version of its turn and answers it. */
   edit(message: Message, text: string): void;
   stop(message: Message): void;
+  /** Shows version `version` (from 1) of the message's turn. */
+  selectVersion(message: Message, version: number): void;
   /** A `data:` URL for an attachment's thumbnail. */
   thumbnail(attachment: Attachment): Promise<string>;
   /** Shows an attachment full size. */
@@ -24,7 +26,7 @@ export interface MessageActions {
 export interface MessageFlags {
   /** No answer is being generated: edit and regenerate are possible. */
   idle: boolean;
-  /** This is the conversation's last answer (the one regenerate replaces). */
+  /** This is the conversation's last answer (the one regenerate writes a new version of). */
   lastAnswer: boolean;
   /** Tokens the model can hold, for "context used". */
   contextWindow: number | null;
@@ -199,8 +201,38 @@ export class MessageView {
         if (stats) parts.push(stats);
       }
     }
+    if (this.message.versions > 1 && status !== "streaming") parts.push(this.versionPicker());
     parts.push(this.actionBar());
     this.footer.replaceChildren(...parts);
+  }
+
+  /** "‹ 1/2 ›": flips between the versions of this turn (regenerated answers, edited questions). */
+  private versionPicker(): HTMLElement {
+    const { version, versions } = this.message;
+    const button = (label: string, glyph: string, testid: string, disabled: boolean) =>
+      el(
+        "button",
+        {
+          type: "button",
+          class: "icon-button version-step",
+          "aria-label": label,
+          title: label,
+          "data-testid": testid,
+          disabled,
+        },
+        glyph,
+      );
+    const previous = button("Previous version", "‹", "version-previous", !this.flags.idle || version <= 1);
+    const next = button("Next version", "›", "version-next", !this.flags.idle || version >= versions);
+    previous.addEventListener("click", () => this.actions.selectVersion(this.message, version - 1));
+    next.addEventListener("click", () => this.actions.selectVersion(this.message, version + 1));
+    return el(
+      "div",
+      { class: "versions", role: "group", "aria-label": "Versions" },
+      previous,
+      el("span", { class: "version-count", "data-testid": "version-count" }, `${version}/${versions}`),
+      next,
+    );
   }
 
   private actionBar(): HTMLElement {

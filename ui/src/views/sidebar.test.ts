@@ -30,6 +30,8 @@ function sidebar(): { view: Sidebar; pin: ReturnType<typeof vi.fn<SidebarHandler
     delete: vi.fn(),
     search: vi.fn(() => Promise.resolve([])),
     openSettings: vi.fn(),
+    exportAll: vi.fn(),
+    importChats: vi.fn(),
   };
   const view = new Sidebar(handlers);
   document.body.replaceChildren(view.element);

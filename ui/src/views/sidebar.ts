@@ -12,6 +12,10 @@ export interface SidebarHandlers {
   delete(conversation: ConversationSummary): void;
   search(query: string): Promise<SearchHit[]>;
   openSettings(): void;
+  /** Saves every chat as one JSON file. */
+  exportAll(): void;
+  /** Imports a JSON export. */
+  importChats(): void;
 }
 
 const SEARCH_DELAY_MS = 150;
@@ -70,6 +74,18 @@ export class Sidebar {
       "Settings",
     );
     settings.addEventListener("click", () => handlers.openSettings());
+    const importButton = el(
+      "button",
+      { type: "button", class: "link-button", "data-testid": "import-chats", title: "Import chats from a JSON export" },
+      "Import…",
+    );
+    importButton.addEventListener("click", () => handlers.importChats());
+    const exportAll = el(
+      "button",
+      { type: "button", class: "link-button", "data-testid": "export-all", title: "Export every chat as JSON" },
+      "Export all…",
+    );
+    exportAll.addEventListener("click", () => handlers.exportAll());
     this.newChatButton = newChat;
     this.settingsButton = settings;
 
@@ -79,6 +95,7 @@ export class Sidebar {
       el("div", { class: "sidebar-top" }, el("p", { class: "brand" }, "Gemma Desk"), newChat),
       el("div", { class: "search" }, icon("search"), this.searchInput),
       this.list,
+      el("div", { class: "sidebar-transfer" }, importButton, exportAll),
       el("div", { class: "sidebar-bottom" }, settings, this.version),
     );
     this.render();

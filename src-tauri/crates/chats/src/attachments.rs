@@ -213,13 +213,13 @@ pub(crate) fn remove_file(dir: &Path, file_name: &str) -> Result<()> {
 }
 
 /// `<hash[..2]>/<hash>.<ext>` for content `hash` of type `mime`.
-fn file_name_for(hash: &str, mime: &str) -> String {
+pub(crate) fn file_name_for(hash: &str, mime: &str) -> String {
     let prefix = hash.get(..2).unwrap_or_default();
     format!("{prefix}/{hash}.{}", extension_for(mime))
 }
 
 /// The absolute path of `file_name` if it has exactly the shape this module writes.
-fn resolve(dir: &Path, file_name: &str) -> Option<PathBuf> {
+pub(crate) fn resolve(dir: &Path, file_name: &str) -> Option<PathBuf> {
     let (prefix, name) = file_name.split_once('/')?;
     let (hash, ext) = name.split_once('.')?;
     let ours = is_prefix(prefix)
@@ -254,7 +254,7 @@ fn is_lower_hex(b: u8) -> bool {
 /// Writes `bytes` to `path` unless an equally long file is already there (same hash, so same
 /// content). Written to a temporary file, synced, then renamed: a crash never leaves a
 /// half-written file under the final name.
-fn write_once(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_once(path: &Path, bytes: &[u8]) -> Result<()> {
     let folder = path.parent().unwrap_or(Path::new("."));
     if fs::metadata(path).is_ok_and(|meta| meta.is_file() && meta.len() == bytes.len() as u64) {
         return Ok(());
@@ -288,7 +288,7 @@ fn read_dir(dir: &Path) -> Result<Vec<String>> {
 }
 
 /// Lowercases `mime` and drops parameters; refuses anything but `type/subtype` tokens.
-fn normalize_mime(mime: &str) -> Result<String> {
+pub(crate) fn normalize_mime(mime: &str) -> Result<String> {
     let essence = mime
         .split(';')
         .next()

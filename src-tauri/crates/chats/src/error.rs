@@ -47,6 +47,9 @@ pub enum Error {
     /// The caller passed something the store cannot accept (an empty attachment, a bad mime type...).
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A file to import is not a Gemma Desk export this version can read; nothing was changed.
+    #[error("this file cannot be imported, nothing was changed: {0}")]
+    BadExport(String),
     /// A setting could not be converted to or from JSON.
     #[error("setting {key}: {source}")]
     Setting {

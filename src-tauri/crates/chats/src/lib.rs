@@ -5,9 +5,15 @@
 //! message is committed before `add_message` returns; a streaming answer is appended to as it
 //! arrives (batched by [`StreamWriter`]), and one left `streaming` by a crash is marked
 //! `stopped` on the next open, its text kept.
+//!
+//! Messages form a tree (`parent_id`): a regenerated answer or an edited question is another
+//! version of its turn, and a conversation reads as the versions chosen last. Nothing is
+//! deleted by regenerating or editing. [`Store::export`] writes everything as JSON that
+//! [`Store::import`] takes back, by the same ids (never twice).
 
 mod attachments;
 mod error;
+mod export;
 mod schema;
 mod search;
 mod settings;
@@ -17,6 +23,10 @@ mod types;
 
 pub use attachments::ATTACHMENTS_DIR;
 pub use error::{Error, Result};
+pub use export::{
+    markdown, Export, ExportedAttachment, ExportedConversation, ExportedFile, ExportedMessage,
+    ImportReport, EXPORT_FORMAT, EXPORT_VERSION,
+};
 pub use store::{Store, DATABASE_FILE};
 pub use stream::{StreamWriter, DEFAULT_FLUSH_INTERVAL, DEFAULT_MAX_PENDING_BYTES};
 pub use types::{

@@ -12,7 +12,24 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Migrations in order; the database's `PRAGMA user_version` counts how many have been applied.
 /// Append new steps, never edit shipped ones.
-pub(crate) const MIGRATIONS: &[&str] = &[V1_INITIAL, V2_GENERATED_IDS];
+pub(crate) const MIGRATIONS: &[&str] = &[V1_INITIAL, V2_GENERATED_IDS, V3_VERSIONS];
+
+/// Answer versions and branches: messages form a tree through `parent_id` (the message they
+/// follow; NULL for a conversation's first). Siblings are versions of one turn (a regenerated
+/// answer, an edited question); the conversation shown walks from the root to the child chosen
+/// last (`chosen_at`, a per-conversation counter). `position` stays unique per conversation and
+/// now orders messages by when they were written. Existing conversations become one branch.
+const V3_VERSIONS: &str = r#"
+ALTER TABLE messages ADD COLUMN parent_id TEXT REFERENCES messages (id) ON DELETE CASCADE;
+ALTER TABLE messages ADD COLUMN chosen_at INTEGER NOT NULL DEFAULT 0;
+UPDATE messages SET
+    parent_id = (SELECT p.id FROM messages p
+                 WHERE p.conversation_id = messages.conversation_id
+                   AND p.position < messages.position
+                 ORDER BY p.position DESC LIMIT 1),
+    chosen_at = position;
+CREATE INDEX messages_by_parent ON messages (parent_id);
+"#;
 
 /// An answer's generated token ids (little-endian u32s), so that a follow-up reuses the cache
 /// over it; NULL for messages written before, by a person, or whose ids were not kept.

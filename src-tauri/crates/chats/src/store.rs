@@ -1,6 +1,6 @@
 //! The store: one SQLite connection behind a mutex, and the conversation and message operations.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -53,7 +53,8 @@ pub(crate) fn new_id() -> String {
 
 /// `updated_at` for new activity: now, but always past every other conversation's, so the list
 /// order follows activity even within one millisecond or after the clock moves back.
-const NEXT_ACTIVITY: &str = "MAX(?, (SELECT COALESCE(MAX(updated_at), 0) + 1 FROM conversations))";
+pub(crate) const NEXT_ACTIVITY: &str =
+    "MAX(?, (SELECT COALESCE(MAX(updated_at), 0) + 1 FROM conversations))";
 
 impl Store {
     /// Opens the store in `data_dir`, creating `chats.sqlite3` and the attachments folder.
@@ -179,12 +180,7 @@ impl Store {
                 .ok_or_else(|| Error::not_found("conversation", id))?;
 
             let mut by_message = attachments::by_message(&tx, id)?;
-            let mut stmt = tx.prepare_cached(&format!(
-                "{MESSAGE_SELECT} WHERE conversation_id = ? ORDER BY position"
-            ))?;
-            let messages = stmt.query_map([id], message_from_row)?;
-            for message in messages {
-                let mut message = message?;
+            for mut message in shown_path(&tx, id)? {
                 message.attachments = by_message.remove(&message.id).unwrap_or_default();
                 conversation.messages.push(message);
             }
@@ -255,49 +251,6 @@ impl Store {
         })
     }
 
-    /// Deletes `message_id` and every later message of its conversation (for regenerate and
-    /// edit-and-resend), with attachment files no other message still uses. Returns how many
-    /// messages went.
-    pub fn delete_messages_from(&self, conversation_id: &str, message_id: &str) -> Result<usize> {
-        self.with("deleting messages", |inner| {
-            let tx = inner.conn.transaction()?;
-            let position: Option<u32> = tx
-                .query_row(
-                    "SELECT position FROM messages WHERE id = ? AND conversation_id = ?",
-                    [message_id, conversation_id],
-                    |row| row.get(0),
-                )
-                .optional()?;
-            let Some(position) = position else {
-                return Err(Error::not_found("message", message_id));
-            };
-            let files: Vec<String> = {
-                let mut stmt = tx.prepare_cached(
-                    "SELECT DISTINCT a.file_name FROM attachments a JOIN messages m
-                     ON m.id = a.message_id WHERE m.conversation_id = ? AND m.position >= ?",
-                )?;
-                let rows = stmt.query_map(params![conversation_id, position], |row| row.get(0))?;
-                rows.collect::<rusqlite::Result<_>>()?
-            };
-            let deleted = tx.execute(
-                "DELETE FROM messages WHERE conversation_id = ? AND position >= ?",
-                params![conversation_id, position],
-            )?;
-            let mut unused = Vec::new();
-            for file in files {
-                if !attachments::is_referenced(&tx, &file)? && !inner.unsent_files.contains(&file) {
-                    unused.push(file);
-                }
-            }
-            touch(&tx, conversation_id)?;
-            tx.commit()?;
-            for file in unused {
-                let _ = attachments::remove_file(&self.attachments_dir, &file);
-            }
-            Ok(deleted)
-        })
-    }
-
     /// Saves a finished message (typically the user's) with its attachments, committed before
     /// this returns. Each attachment must have been stored with `store_attachment`.
     pub fn add_message(
@@ -307,10 +260,44 @@ impl Store {
         text: &str,
         attachments: &[AttachmentInput],
     ) -> Result<Message> {
+        self.insert_complete(conversation_id, Place::End, role, text, attachments)
+    }
+
+    /// Saves `text` (with `attachments`) as a new version of `message_id`'s turn, for an edited
+    /// question: it follows the same message as the original and is shown from now on, while
+    /// the original and every message after it stay, one version back.
+    pub fn add_message_version(
+        &self,
+        conversation_id: &str,
+        message_id: &str,
+        text: &str,
+        attachments: &[AttachmentInput],
+    ) -> Result<Message> {
+        let role = self.with("adding a version of a message", |inner| {
+            Ok(node_of(&inner.conn, conversation_id, message_id)?.role)
+        })?;
+        let place = Place::VersionOf(message_id.to_owned());
+        self.insert_complete(conversation_id, place, role, text, attachments)
+    }
+
+    fn insert_complete(
+        &self,
+        conversation_id: &str,
+        place: Place,
+        role: Role,
+        text: &str,
+        attachments: &[AttachmentInput],
+    ) -> Result<Message> {
         self.with("adding a message", |inner| {
             let tx = inner.conn.transaction()?;
-            let mut message =
-                insert_message(&tx, conversation_id, role, text, MessageStatus::Complete)?;
+            let mut message = insert_message(
+                &tx,
+                conversation_id,
+                place,
+                role,
+                text,
+                MessageStatus::Complete,
+            )?;
             let mut attached_files = Vec::with_capacity(attachments.len());
             for (position, input) in attachments.iter().enumerate() {
                 let attachment =
@@ -326,19 +313,101 @@ impl Store {
         })
     }
 
-    /// Starts an empty assistant answer with status `streaming`; returns its id.
+    /// Starts an empty assistant answer with status `streaming` at the end of the conversation
+    /// shown; returns its id.
     pub fn begin_assistant_message(&self, conversation_id: &str) -> Result<String> {
+        self.begin_answer(conversation_id, Place::End)
+    }
+
+    /// Starts an empty assistant answer (status `streaming`) to `message_id`: if that message
+    /// already has answers, the new one is their next version and the others are kept.
+    pub fn begin_answer_to(&self, conversation_id: &str, message_id: &str) -> Result<String> {
+        self.begin_answer(conversation_id, Place::After(message_id.to_owned()))
+    }
+
+    fn begin_answer(&self, conversation_id: &str, place: Place) -> Result<String> {
         self.with("starting an answer", |inner| {
             let tx = inner.conn.transaction()?;
             let message = insert_message(
                 &tx,
                 conversation_id,
+                place,
                 Role::Assistant,
                 "",
                 MessageStatus::Streaming,
             )?;
             tx.commit()?;
             Ok(message.id)
+        })
+    }
+
+    /// Shows the branch that holds `message_id` (a search hit in a version not shown): it and
+    /// each message before it become the versions shown. Nothing changes when it is shown.
+    pub fn show_message(&self, conversation_id: &str, message_id: &str) -> Result<()> {
+        self.with("showing a message", |inner| {
+            let tx = inner.conn.transaction()?;
+            let mut chain = vec![node_of(&tx, conversation_id, message_id)?];
+            while let Some(parent) = chain.last().and_then(|node| node.parent_id.clone()) {
+                if chain.len() > 1_000_000 {
+                    return Err(Error::InvalidInput(format!(
+                        "message {message_id} has no first message"
+                    )));
+                }
+                chain.push(node_of(&tx, conversation_id, &parent)?);
+            }
+            if shown_path(&tx, conversation_id)?
+                .iter()
+                .any(|m| m.id == message_id)
+            {
+                return Ok(());
+            }
+            for node in chain.iter().rev() {
+                tx.execute(
+                    &format!("UPDATE messages SET chosen_at = {NEXT_CHOICE} WHERE id = ?2"),
+                    params![conversation_id, node.id],
+                )?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    /// Shows version `version` (from 1) of `message_id`'s turn, with the messages that followed
+    /// it when it was last shown.
+    pub fn select_version(
+        &self,
+        conversation_id: &str,
+        message_id: &str,
+        version: u32,
+    ) -> Result<()> {
+        self.with("showing another version", |inner| {
+            let tx = inner.conn.transaction()?;
+            let node = node_of(&tx, conversation_id, message_id)?;
+            let siblings: Vec<String> = {
+                let mut stmt = tx.prepare_cached(
+                    "SELECT id FROM messages WHERE conversation_id = ?1 AND parent_id IS ?2
+                     ORDER BY position",
+                )?;
+                let rows =
+                    stmt.query_map(params![conversation_id, node.parent_id], |r| r.get(0))?;
+                rows.collect::<rusqlite::Result<_>>()?
+            };
+            let chosen = usize::try_from(version)
+                .ok()
+                .and_then(|v| v.checked_sub(1))
+                .and_then(|i| siblings.get(i))
+                .ok_or_else(|| {
+                    Error::InvalidInput(format!(
+                        "this message has {} versions, not a version {version}",
+                        siblings.len()
+                    ))
+                })?;
+            tx.execute(
+                &format!("UPDATE messages SET chosen_at = {NEXT_CHOICE} WHERE id = ?2"),
+                params![conversation_id, chosen],
+            )?;
+            tx.commit()?;
+            Ok(())
         })
     }
 
@@ -444,7 +513,7 @@ fn not_streaming(conn: &Connection, message_id: &str) -> Result<Error> {
 }
 
 /// Serializes usage; non-finite rates (nothing was timed) are stored as 0 so they read back.
-fn usage_json(usage: &Usage) -> Result<String> {
+pub(crate) fn usage_json(usage: &Usage) -> Result<String> {
     let finite = |x: f64| if x.is_finite() { x } else { 0.0 };
     let usage = Usage {
         time_to_first_token_ms: finite(usage.time_to_first_token_ms),
@@ -456,7 +525,7 @@ fn usage_json(usage: &Usage) -> Result<String> {
 }
 
 /// Marks new activity in a conversation.
-fn touch(conn: &Connection, conversation_id: &str) -> Result<()> {
+pub(crate) fn touch(conn: &Connection, conversation_id: &str) -> Result<()> {
     conn.prepare_cached(&format!(
         "UPDATE conversations SET updated_at = {NEXT_ACTIVITY} WHERE id = ?"
     ))?
@@ -464,10 +533,25 @@ fn touch(conn: &Connection, conversation_id: &str) -> Result<()> {
     Ok(())
 }
 
-/// Inserts a message at the end of a conversation and marks the activity.
+/// `chosen_at` for a message chosen now: past every other of its conversation (`?1`).
+const NEXT_CHOICE: &str =
+    "(SELECT COALESCE(MAX(chosen_at), 0) + 1 FROM messages WHERE conversation_id = ?1)";
+
+/// Where a new message goes in the tree of a conversation.
+enum Place {
+    /// After the last message shown.
+    End,
+    /// After this message, as the next version of whatever already follows it.
+    After(String),
+    /// As the next version of this message (after the message it follows).
+    VersionOf(String),
+}
+
+/// Inserts a message into a conversation (shown from now on) and marks the activity.
 fn insert_message(
     conn: &Connection,
     conversation_id: &str,
+    place: Place,
     role: Role,
     text: &str,
     status: MessageStatus,
@@ -480,40 +564,102 @@ fn insert_message(
     if !exists {
         return Err(Error::not_found("conversation", conversation_id));
     }
+    let parent_id = match place {
+        Place::End => shown_path(conn, conversation_id)?.pop().map(|m| m.id),
+        Place::After(id) => Some(node_of(conn, conversation_id, &id)?.id),
+        Place::VersionOf(id) => node_of(conn, conversation_id, &id)?.parent_id,
+    };
     let id = new_id();
     let created_at = now_ms();
-    let position: u32 = conn
-        .prepare_cached(
-            "INSERT INTO messages (id, conversation_id, position, role, text, status, created_at)
-             VALUES (?1, ?2, (SELECT COALESCE(MAX(position), -1) + 1 FROM messages
-                              WHERE conversation_id = ?2), ?3, ?4, ?5, ?6)
-             RETURNING position",
-        )?
-        .query_row(
-            params![id, conversation_id, role, text, status, created_at],
-            |row| row.get(0),
-        )?;
-    touch(conn, conversation_id)?;
-    Ok(Message {
+    conn.prepare_cached(&format!(
+        "INSERT INTO messages (id, conversation_id, position, role, text, status, created_at,
+                               parent_id, chosen_at)
+         VALUES (?2, ?1, (SELECT COALESCE(MAX(position), -1) + 1 FROM messages
+                          WHERE conversation_id = ?1), ?3, ?4, ?5, ?6, ?7, {NEXT_CHOICE})"
+    ))?
+    .execute(params![
+        conversation_id,
         id,
-        conversation_id: conversation_id.to_owned(),
-        position,
         role,
-        text: text.to_owned(),
+        text,
         status,
-        error: None,
-        usage: None,
         created_at,
-        attachments: Vec::new(),
-        generated: None,
-    })
+        parent_id
+    ])?;
+    touch(conn, conversation_id)?;
+    shown_path(conn, conversation_id)?
+        .into_iter()
+        .find(|m| m.id == id)
+        .ok_or_else(|| Error::not_found("message", id))
 }
 
-const MESSAGE_SELECT: &str =
-    "SELECT id, conversation_id, position, role, text, status, error, usage,
-        created_at, generated FROM messages";
+/// A message's place in its conversation's tree.
+pub(crate) struct Node {
+    pub(crate) id: String,
+    pub(crate) parent_id: Option<String>,
+    pub(crate) role: Role,
+}
 
-fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
+/// Looks up `message_id` in `conversation_id`.
+fn node_of(conn: &Connection, conversation_id: &str, message_id: &str) -> Result<Node> {
+    conn.query_row(
+        "SELECT id, parent_id, role FROM messages WHERE id = ? AND conversation_id = ?",
+        [message_id, conversation_id],
+        |row| {
+            Ok(Node {
+                id: row.get(0)?,
+                parent_id: row.get(1)?,
+                role: row.get(2)?,
+            })
+        },
+    )
+    .optional()?
+    .ok_or_else(|| Error::not_found("message", message_id))
+}
+
+/// The messages shown of a conversation (without attachments): from its first message, at each
+/// step the version chosen last, each numbered among its versions and placed from 0.
+pub(crate) fn shown_path(conn: &Connection, conversation_id: &str) -> Result<Vec<Message>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "{MESSAGE_SELECT} WHERE conversation_id = ? ORDER BY position"
+    ))?;
+    let rows = stmt.query_map([conversation_id], |row| {
+        Ok((
+            message_from_row(row)?,
+            row.get::<_, Option<String>>(10)?,
+            row.get::<_, i64>(11)?,
+        ))
+    })?;
+    let mut children: HashMap<Option<String>, Vec<(Message, i64)>> = HashMap::new();
+    for row in rows {
+        let (message, parent_id, chosen_at) = row?;
+        children
+            .entry(parent_id)
+            .or_default()
+            .push((message, chosen_at));
+    }
+    let mut path = Vec::new();
+    let mut parent = None;
+    while let Some(mut versions) = children.remove(&parent) {
+        let count = u32::try_from(versions.len()).unwrap_or(u32::MAX);
+        let Some(index) = (0..versions.len()).max_by_key(|&i| (versions[i].1, i)) else {
+            break;
+        };
+        let (mut message, _) = versions.swap_remove(index);
+        message.version = u32::try_from(index + 1).unwrap_or(u32::MAX);
+        message.versions = count;
+        message.position = u32::try_from(path.len()).unwrap_or(u32::MAX);
+        parent = Some(message.id.clone());
+        path.push(message);
+    }
+    Ok(path)
+}
+
+pub(crate) const MESSAGE_SELECT: &str =
+    "SELECT id, conversation_id, position, role, text, status, error, usage,
+        created_at, generated, parent_id, chosen_at FROM messages";
+
+pub(crate) fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
     let usage: Option<String> = row.get(7)?;
     Ok(Message {
         id: row.get(0)?,
@@ -527,6 +673,8 @@ fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
         usage: usage.and_then(|json| serde_json::from_str(&json).ok()),
         created_at: row.get(8)?,
         attachments: Vec::new(),
+        version: 1,
+        versions: 1,
         generated: row
             .get::<_, Option<Vec<u8>>>(9)?
             .and_then(|b| ids_from_bytes(&b)),
@@ -534,7 +682,7 @@ fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
 }
 
 /// Token ids as stored: little-endian u32s.
-fn ids_to_bytes(ids: &[u32]) -> Vec<u8> {
+pub(crate) fn ids_to_bytes(ids: &[u32]) -> Vec<u8> {
     ids.iter().flat_map(|id| id.to_le_bytes()).collect()
 }
 
@@ -552,12 +700,29 @@ fn ids_from_bytes(bytes: &[u8]) -> Option<Vec<u32>> {
     )
 }
 
-const SUMMARY_SELECT: &str = "SELECT c.id, c.title, c.model, c.pinned, c.created_at, c.updated_at,
-        (SELECT COUNT(*) FROM messages m WHERE m.conversation_id = c.id),
-        (SELECT substr(m.text, 1, 400) FROM messages m
-         WHERE m.conversation_id = c.id AND m.role <> 'system' AND m.text <> ''
-         ORDER BY m.position DESC LIMIT 1)
-    FROM conversations c";
+/// The messages shown of conversation `c` (as [`shown_path`] walks them), with their depth.
+macro_rules! shown_cte {
+    () => {
+        "WITH RECURSIVE shown (id, depth) AS (
+             SELECT (SELECT m.id FROM messages m WHERE m.conversation_id = c.id
+                     AND m.parent_id IS NULL ORDER BY m.chosen_at DESC, m.position DESC LIMIT 1), 0
+             UNION ALL
+             SELECT (SELECT m.id FROM messages m WHERE m.parent_id = shown.id
+                     ORDER BY m.chosen_at DESC, m.position DESC LIMIT 1), shown.depth + 1
+             FROM shown WHERE shown.id IS NOT NULL)"
+    };
+}
+
+/// A conversation's row in the list; its count and preview are of the versions shown.
+const SUMMARY_SELECT: &str = concat!(
+    "SELECT c.id, c.title, c.model, c.pinned, c.created_at, c.updated_at, (",
+    shown_cte!(),
+    " SELECT COUNT(id) FROM shown), (",
+    shown_cte!(),
+    " SELECT substr(m.text, 1, 400) FROM shown JOIN messages m ON m.id = shown.id
+      WHERE m.role <> 'system' AND m.text <> '' ORDER BY shown.depth DESC LIMIT 1)
+    FROM conversations c"
+);
 
 fn summary(conn: &Connection, id: &str) -> Result<ConversationSummary> {
     conn.query_row(
@@ -613,6 +778,55 @@ fn preview_of(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::preview_of;
+    use super::{schema, Store, DATABASE_FILE};
+
+    #[test]
+    fn older_databases_open_with_every_message_and_each_conversation_as_one_branch() {
+        for applied in [1, 2] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(DATABASE_FILE);
+            {
+                let mut conn = rusqlite::Connection::open(&path).unwrap();
+                schema::migrate(&mut conn, &path, &schema::MIGRATIONS[..applied]).unwrap();
+                conn.execute_batch(
+                    "INSERT INTO conversations (id, title, created_at, updated_at)
+                     VALUES ('c', 'Old', 1, 1);
+                     INSERT INTO messages (id, conversation_id, position, role, text, created_at)
+                     VALUES ('m0', 'c', 0, 'user', 'question', 1),
+                            ('m1', 'c', 1, 'assistant', 'answer', 2),
+                            ('m2', 'c', 2, 'user', 'follow-up', 3);",
+                )
+                .unwrap();
+            }
+            let store = Store::open(dir.path()).unwrap();
+            let shown = store.get_conversation("c").unwrap().messages;
+            let rows: Vec<(&str, u32, u32, u32)> = shown
+                .iter()
+                .map(|m| (m.text.as_str(), m.position, m.version, m.versions))
+                .collect();
+            assert_eq!(
+                rows,
+                [
+                    ("question", 0, 1, 1),
+                    ("answer", 1, 1, 1),
+                    ("follow-up", 2, 1, 1)
+                ],
+                "from version {applied}"
+            );
+            assert_eq!(shown[1].generated, None);
+            // New answers follow the old messages and keep their ids.
+            let answer = store.begin_assistant_message("c").unwrap();
+            store
+                .set_generated_ids(&answer, &[7, 70_000, u32::MAX])
+                .unwrap();
+            store
+                .finish_assistant_message(&answer, super::MessageStatus::Complete, None, None)
+                .unwrap();
+            let messages = store.get_conversation("c").unwrap().messages;
+            assert_eq!(messages.len(), 4);
+            assert_eq!(messages[3].generated, Some(vec![7, 70_000, u32::MAX]));
+        }
+    }
 
     #[test]
     fn preview_collapses_whitespace_and_cuts_long_text() {

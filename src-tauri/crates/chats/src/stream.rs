@@ -52,6 +52,15 @@ impl<S: Borrow<Store>> StreamWriter<S> {
         Ok(Self::new(store, message_id))
     }
 
+    /// Starts a streaming answer to `message_id` of `conversation_id` (a new version when it
+    /// already has answers) and returns its writer.
+    pub fn begin_answer_to(store: S, conversation_id: &str, message_id: &str) -> Result<Self> {
+        let answer_id = store
+            .borrow()
+            .begin_answer_to(conversation_id, message_id)?;
+        Ok(Self::new(store, answer_id))
+    }
+
     /// Changes when batches are written: after `interval`, or once `max_pending_bytes` wait.
     pub fn with_limits(mut self, interval: Duration, max_pending_bytes: usize) -> Self {
         self.flush_interval = interval;

@@ -119,6 +119,10 @@ pub struct Message {
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub created_at: i64,
     pub attachments: Vec<Attachment>,
+    /// Which version of its turn this is, from 1 (a regenerated answer, an edited question).
+    pub version: u32,
+    /// How many versions its turn has; 1 when it was never regenerated or edited.
+    pub versions: u32,
     /// For an answer: the token ids the model generated for it, when kept (the engine's
     /// `Message::generated`). Not sent to the UI.
     #[serde(skip)]

@@ -54,7 +54,7 @@ fn opening_an_empty_folder_creates_a_wal_database_and_the_attachments_folder() {
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
-    assert_eq!((version, mode.as_str()), (2, "wal"));
+    assert_eq!((version, mode.as_str()), (3, "wal"));
 }
 
 #[test]
@@ -80,7 +80,7 @@ fn reopening_keeps_everything_and_migrates_nothing() {
     let version: i64 = raw(&dir)
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
 }
 
 #[test]
@@ -98,7 +98,7 @@ fn a_database_from_a_newer_app_is_refused_and_left_untouched() {
             err,
             Error::NewerSchema {
                 found: 99,
-                supported: 2,
+                supported: 3,
                 ..
             }
         ),
@@ -489,113 +489,4 @@ fn settings_round_trip_as_json() {
     assert!(store.remove_setting("sampling").unwrap());
     assert!(!store.remove_setting("sampling").unwrap());
     assert_eq!(store.get_setting::<Sampling>("sampling").unwrap(), None);
-}
-
-#[test]
-fn deleting_from_a_message_drops_it_and_everything_after_and_their_unused_files() {
-    let (dir, store) = open();
-    let chat = store.create_conversation("Regenerate").unwrap();
-    let first_image = store
-        .store_attachment(b"first image bytes", "image/png", Some(1), Some(1))
-        .unwrap();
-    let second_image = store
-        .store_attachment(b"second image bytes", "image/png", Some(1), Some(1))
-        .unwrap();
-    store
-        .add_message(&chat.id, Role::User, "one", &[(&first_image).into()])
-        .unwrap();
-    store
-        .add_message(&chat.id, Role::Assistant, "two", &[])
-        .unwrap();
-    let third = store
-        .add_message(
-            &chat.id,
-            Role::User,
-            "three",
-            &[(&first_image).into(), (&second_image).into()],
-        )
-        .unwrap();
-    store
-        .add_message(&chat.id, Role::Assistant, "four", &[])
-        .unwrap();
-
-    assert_eq!(store.delete_messages_from(&chat.id, &third.id).unwrap(), 2);
-
-    let texts: Vec<String> = store
-        .get_conversation(&chat.id)
-        .unwrap()
-        .messages
-        .into_iter()
-        .map(|m| m.text)
-        .collect();
-    assert_eq!(texts, ["one", "two"]);
-    let attachments = dir.path().join(chats::ATTACHMENTS_DIR);
-    assert!(
-        attachments.join(&first_image.file_name).is_file(),
-        "still used by 'one'"
-    );
-    assert!(
-        !attachments.join(&second_image.file_name).exists(),
-        "no longer used"
-    );
-    let hits = store.search("three").unwrap();
-    assert!(hits.is_empty(), "deleted text is not searchable: {hits:?}");
-    // The next message takes the freed position.
-    let next = store
-        .add_message(&chat.id, Role::User, "again", &[])
-        .unwrap();
-    assert_eq!(next.position, 2);
-}
-
-#[test]
-fn deleting_from_a_message_of_another_conversation_is_not_found() {
-    let (_dir, store) = open();
-    let a = store.create_conversation("A").unwrap();
-    let b = store.create_conversation("B").unwrap();
-    let message = store.add_message(&a.id, Role::User, "hello", &[]).unwrap();
-
-    let err = store.delete_messages_from(&b.id, &message.id).unwrap_err();
-
-    assert!(matches!(err, Error::NotFound { .. }), "{err}");
-    assert_eq!(store.get_conversation(&a.id).unwrap().messages.len(), 1);
-}
-
-#[test]
-fn a_version_1_database_gains_answer_ids_and_keeps_every_message() {
-    let dir = tempfile::tempdir().unwrap();
-    let id = {
-        let store = Store::open(dir.path()).unwrap();
-        let c = store.create_conversation("Before").unwrap();
-        store.add_message(&c.id, Role::User, "Hi", &[]).unwrap();
-        let answer = store.begin_assistant_message(&c.id).unwrap();
-        store.append_assistant_text(&answer, "Hello!").unwrap();
-        store
-            .finish_assistant_message(&answer, MessageStatus::Complete, None, None)
-            .unwrap();
-        c.id
-    };
-    // What the previous release wrote: schema 1, no `generated` column.
-    let conn = raw(&dir);
-    conn.execute("ALTER TABLE messages DROP COLUMN generated", [])
-        .unwrap();
-    conn.pragma_update(None, "user_version", 1).unwrap();
-    drop(conn);
-
-    let store = Store::open(dir.path()).unwrap();
-    let messages = store.get_conversation(&id).unwrap().messages;
-    assert_eq!(messages.len(), 2);
-    assert_eq!(messages[1].text, "Hello!");
-    assert_eq!(messages[1].generated, None);
-    // New answers keep their ids.
-    let answer = store.begin_assistant_message(&id).unwrap();
-    store
-        .set_generated_ids(&answer, &[7, 70_000, u32::MAX])
-        .unwrap();
-    store
-        .finish_assistant_message(&answer, MessageStatus::Complete, None, None)
-        .unwrap();
-    let kept = store.get_conversation(&id).unwrap().messages[2]
-        .generated
-        .clone();
-    assert_eq!(kept, Some(vec![7, 70_000, u32::MAX]));
 }

@@ -1,0 +1,590 @@
+//! Conversations out and back in: one JSON document with everything (every version of every
+//! message, generated token ids, stats, attachment bytes) that [`Store::import`] takes back, and
+//! Markdown to read.
+//!
+//! Conversations and messages keep their ids (UUIDv7, unique across machines), so importing a
+//! file whose messages are already here adds nothing and says so, and importing after a delete
+//! brings the same conversation back.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs;
+use std::path::Path;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::attachments::{self, file_name_for, normalize_mime, resolve, write_once};
+use crate::error::{Error, Result};
+use crate::store::{ids_to_bytes, message_from_row, touch, usage_json, Store, MESSAGE_SELECT};
+use crate::types::{AttachmentInput, Conversation, MessageStatus, Role, Usage};
+
+/// `format` of an export file: what tells ours from any other JSON.
+pub const EXPORT_FORMAT: &str = "gemma-desk-chats";
+/// The newest `version` of the export format this code writes and reads.
+pub const EXPORT_VERSION: u32 = 1;
+
+/// A JSON export: conversations with every message, and the attachment files they use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Export {
+    /// Always [`EXPORT_FORMAT`].
+    pub format: String,
+    /// [`EXPORT_VERSION`] when written.
+    pub version: u32,
+    pub exported_at: i64,
+    pub conversations: Vec<ExportedConversation>,
+    /// Attachment contents by SHA-256 (lowercase hex), each file once.
+    pub files: BTreeMap<String, ExportedFile>,
+}
+
+/// A conversation in an export.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportedConversation {
+    pub id: String,
+    pub title: String,
+    pub model: Option<String>,
+    pub pinned: bool,
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// Every message, every version, in the order they were written (a message's parent comes
+    /// before it).
+    pub messages: Vec<ExportedMessage>,
+}
+
+/// A message in an export.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportedMessage {
+    pub id: String,
+    /// The message this one follows; `None` for a first message.
+    pub parent_id: Option<String>,
+    pub role: Role,
+    pub text: String,
+    pub status: MessageStatus,
+    pub error: Option<String>,
+    /// The answer's stats.
+    pub usage: Option<Usage>,
+    pub created_at: i64,
+    /// Among versions of one turn, the one chosen last is shown.
+    pub chosen_at: i64,
+    /// The token ids the model generated for an answer, when kept.
+    pub generated: Option<Vec<u32>>,
+    pub attachments: Vec<ExportedAttachment>,
+}
+
+/// An attachment of a message; its bytes are in [`Export::files`] under `hash`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportedAttachment {
+    pub hash: String,
+    pub mime: String,
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+}
+
+/// An attachment file's content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportedFile {
+    pub mime: String,
+    /// The bytes, base64 (standard alphabet, padded).
+    pub data: String,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct ImportReport {
+    /// Conversations that were not here and now are.
+    pub conversations_added: u32,
+    /// Conversations already here that got messages they lacked.
+    pub conversations_updated: u32,
+    /// Conversations already here with every message: skipped whole.
+    pub conversations_unchanged: u32,
+    pub messages_added: u32,
+    /// Messages already here (same id), left as they are.
+    pub messages_skipped: u32,
+}
+
+impl Store {
+    /// Everything about the conversations `ids` (all of them for `None`), attachment bytes
+    /// included, ready to write as JSON.
+    pub fn export(&self, ids: Option<&[String]>) -> Result<Export> {
+        self.with("exporting conversations", |inner| {
+            let tx = inner.conn.transaction()?;
+            let ids: Vec<String> = match ids {
+                Some(ids) => ids.to_vec(),
+                None => {
+                    let mut stmt = tx.prepare_cached(
+                        "SELECT id FROM conversations ORDER BY pinned DESC, updated_at DESC",
+                    )?;
+                    let rows = stmt.query_map([], |row| row.get(0))?;
+                    rows.collect::<rusqlite::Result<_>>()?
+                }
+            };
+            let mut export = Export {
+                format: EXPORT_FORMAT.to_owned(),
+                version: EXPORT_VERSION,
+                exported_at: crate::store::now_ms(),
+                conversations: Vec::with_capacity(ids.len()),
+                files: BTreeMap::new(),
+            };
+            for id in &ids {
+                let conversation =
+                    export_conversation(&tx, &self.attachments_dir, id, &mut export.files)?;
+                export.conversations.push(conversation);
+            }
+            Ok(export)
+        })
+    }
+
+    /// [`Store::export`] as pretty JSON.
+    pub fn export_json(&self, ids: Option<&[String]>) -> Result<Vec<u8>> {
+        let export = self.export(ids)?;
+        serde_json::to_vec_pretty(&export).map_err(|e| Error::InvalidInput(format!("export: {e}")))
+    }
+
+    /// Reads an export written by [`Store::export_json`] and imports it (see [`Store::import`]).
+    /// Anything that is not such a file is refused and changes nothing.
+    pub fn import_json(&self, json: &[u8]) -> Result<ImportReport> {
+        let format = serde_json::from_slice::<FormatOnly>(json)
+            .map_err(|e| Error::BadExport(format!("it is not JSON ({e})")))?;
+        if format.format.as_deref() != Some(EXPORT_FORMAT) {
+            return Err(Error::BadExport(
+                "it is not a Gemma Desk chats export".into(),
+            ));
+        }
+        let export: Export =
+            serde_json::from_slice(json).map_err(|e| Error::BadExport(e.to_string()))?;
+        self.import(&export)
+    }
+
+    /// Adds the conversations and messages of `export` that are not here yet, with their
+    /// attachments; messages already here (same id) are skipped. All or nothing: a damaged
+    /// export is refused before anything is written, and a failure part-way rolls back.
+    pub fn import(&self, export: &Export) -> Result<ImportReport> {
+        if export.format != EXPORT_FORMAT {
+            return Err(Error::BadExport(
+                "it is not a Gemma Desk chats export".into(),
+            ));
+        }
+        if export.version > EXPORT_VERSION {
+            return Err(Error::BadExport(format!(
+                "it was written by a newer Gemma Desk (format version {}, this one reads up to \
+                 {EXPORT_VERSION}); update the app to import it",
+                export.version
+            )));
+        }
+        let files = check(export)?;
+        self.with("importing conversations", |inner| {
+            let mut written = Vec::new();
+            let result = (|| {
+                for (file_name, bytes) in &files {
+                    let path = resolve(&self.attachments_dir, file_name)
+                        .ok_or_else(|| Error::BadExport(format!("cannot store {file_name:?}")))?;
+                    if !path.is_file() {
+                        written.push(file_name.clone());
+                    }
+                    write_once(&path, bytes)?;
+                }
+                let tx = inner.conn.transaction()?;
+                let report = import_into(&tx, &self.attachments_dir, export)?;
+                tx.commit()?;
+                Ok(report)
+            })();
+            if result.is_err() {
+                // Nothing refers to files written for a rolled-back import.
+                for file in written {
+                    if !inner.unsent_files.contains(&file) {
+                        let _ = attachments::remove_file(&self.attachments_dir, &file);
+                    }
+                }
+            }
+            result
+        })
+    }
+
+    /// Writes the conversation shown as Markdown to `path`, its images as files in a folder
+    /// next to it (`<name>_files/`), linked from the text. `answer` gives an answer's
+    /// Markdown from its stored text (the caller knows the model's markers; this crate does not).
+    pub fn export_markdown(
+        &self,
+        conversation_id: &str,
+        path: &Path,
+        answer: impl Fn(&str) -> String,
+    ) -> Result<()> {
+        let conversation = self.get_conversation(conversation_id)?;
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "conversation".into());
+        let folder_name = format!("{stem}_files");
+        let folder = path.with_file_name(&folder_name);
+        let has_images = conversation
+            .messages
+            .iter()
+            .any(|m| !m.attachments.is_empty());
+        if has_images {
+            fs::create_dir_all(&folder).map_err(|e| Error::io("create folder", &folder, e))?;
+        }
+        for message in &conversation.messages {
+            for attachment in &message.attachments {
+                let from = self.attachment_path(&attachment.id)?;
+                let to = folder.join(image_file_name(attachment));
+                fs::copy(&from, &to).map_err(|e| Error::io("write", &to, e))?;
+            }
+        }
+        let image = |n, attachment: &crate::types::Attachment| {
+            format!(
+                "![image {n}]({}/{})",
+                link_path(&folder_name),
+                image_file_name(attachment)
+            )
+        };
+        let text = markdown(&conversation, image, answer);
+        fs::write(path, text).map_err(|e| Error::io("write", path, e))
+    }
+}
+
+/// Just the field that says whether a JSON document is ours.
+#[derive(Deserialize)]
+struct FormatOnly {
+    format: Option<String>,
+}
+
+/// An attachment's file name in a Markdown export: its hash and extension, never a name a
+/// person or a file chose.
+fn image_file_name(attachment: &crate::types::Attachment) -> String {
+    attachment
+        .file_name
+        .rsplit('/')
+        .next()
+        .unwrap_or(&attachment.hash)
+        .to_owned()
+}
+
+/// A folder name as a Markdown link target (spaces and brackets escaped).
+fn link_path(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            ' ' => out.push_str("%20"),
+            '(' => out.push_str("%28"),
+            ')' => out.push_str("%29"),
+            '[' => out.push_str("%5B"),
+            ']' => out.push_str("%5D"),
+            '<' => out.push_str("%3C"),
+            '>' => out.push_str("%3E"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The Markdown of a conversation: title, then each message under who wrote it. `image` gives
+/// each attachment's Markdown (a link to where it was written, or a description), `answer` an
+/// answer's Markdown from its stored text.
+pub fn markdown(
+    conversation: &Conversation,
+    image: impl Fn(usize, &crate::types::Attachment) -> String,
+    answer: impl Fn(&str) -> String,
+) -> String {
+    let title: String = conversation
+        .title
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut out = format!("# {title}\n");
+    if let Some(model) = &conversation.model {
+        out.push_str(&format!("\n*Model: {model}*\n"));
+    }
+    let mut image_number = 0;
+    for message in &conversation.messages {
+        let who = match message.role {
+            Role::System => "System",
+            Role::User => "You",
+            Role::Assistant => "Gemma",
+        };
+        out.push_str(&format!("\n## {who}\n\n"));
+        for attachment in &message.attachments {
+            image_number += 1;
+            out.push_str(&image(image_number, attachment));
+            out.push_str("\n\n");
+        }
+        let text = match message.role {
+            Role::Assistant => answer(&message.text),
+            Role::User | Role::System => message.text.clone(),
+        };
+        let text = text.trim_end();
+        if !text.is_empty() {
+            out.push_str(text);
+            out.push('\n');
+        }
+        match message.status {
+            MessageStatus::Stopped => out.push_str("\n*(stopped)*\n"),
+            MessageStatus::Error => {
+                let why = message.error.as_deref().unwrap_or("unknown error");
+                out.push_str(&format!("\n*(failed: {why})*\n"));
+            }
+            MessageStatus::Complete | MessageStatus::Streaming => {}
+        }
+    }
+    out
+}
+
+fn export_conversation(
+    conn: &Connection,
+    attachments_dir: &Path,
+    id: &str,
+    files: &mut BTreeMap<String, ExportedFile>,
+) -> Result<ExportedConversation> {
+    let mut conversation = conn
+        .query_row(
+            "SELECT id, title, model, pinned, created_at, updated_at FROM conversations
+             WHERE id = ?",
+            [id],
+            |row| {
+                Ok(ExportedConversation {
+                    id: row.get(0)?,
+                    title: row.get(1)?,
+                    model: row.get(2)?,
+                    pinned: row.get(3)?,
+                    created_at: row.get(4)?,
+                    updated_at: row.get(5)?,
+                    messages: Vec::new(),
+                })
+            },
+        )
+        .optional()?
+        .ok_or_else(|| Error::not_found("conversation", id))?;
+    let mut by_message = attachments::by_message(conn, id)?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "{MESSAGE_SELECT} WHERE conversation_id = ? ORDER BY position"
+    ))?;
+    let rows = stmt.query_map([id], |row| {
+        Ok((
+            message_from_row(row)?,
+            row.get::<_, Option<String>>(10)?,
+            row.get::<_, i64>(11)?,
+        ))
+    })?;
+    for row in rows {
+        let (message, parent_id, chosen_at) = row?;
+        let mut exported_attachments = Vec::new();
+        for attachment in by_message.remove(&message.id).unwrap_or_default() {
+            if !files.contains_key(&attachment.hash) {
+                let path = resolve(attachments_dir, &attachment.file_name).ok_or_else(|| {
+                    Error::not_found("attachment file", attachment.file_name.clone())
+                })?;
+                let bytes = fs::read(&path).map_err(|e| Error::io("read", &path, e))?;
+                files.insert(
+                    attachment.hash.clone(),
+                    ExportedFile {
+                        mime: attachment.mime.clone(),
+                        data: BASE64.encode(bytes),
+                    },
+                );
+            }
+            exported_attachments.push(ExportedAttachment {
+                hash: attachment.hash,
+                mime: attachment.mime,
+                width: attachment.width,
+                height: attachment.height,
+            });
+        }
+        conversation.messages.push(ExportedMessage {
+            id: message.id,
+            parent_id,
+            role: message.role,
+            text: message.text,
+            status: message.status,
+            error: message.error,
+            usage: message.usage,
+            created_at: message.created_at,
+            chosen_at,
+            generated: message.generated,
+            attachments: exported_attachments,
+        });
+    }
+    Ok(conversation)
+}
+
+/// Checks everything that can be checked without the database: ids, the tree of each
+/// conversation, and that every file decodes to bytes with its hash. Returns the files to
+/// store, by their name in the attachments folder.
+fn check(export: &Export) -> Result<Vec<(String, Vec<u8>)>> {
+    let bad = |what: String| Error::BadExport(what);
+    let mut files = Vec::new();
+    let mut mimes = HashMap::new();
+    for (hash, file) in &export.files {
+        let bytes = BASE64
+            .decode(file.data.as_bytes())
+            .map_err(|e| bad(format!("the image {hash:.12}… is not valid base64 ({e})")))?;
+        if bytes.is_empty() {
+            return Err(bad(format!("the image {hash:.12}… is empty")));
+        }
+        if format!("{:x}", Sha256::digest(&bytes)) != *hash {
+            return Err(bad(format!(
+                "the image {hash:.12}… does not match its checksum (the file is damaged)"
+            )));
+        }
+        let mime = normalize_mime(&file.mime).map_err(|e| bad(e.to_string()))?;
+        files.push((file_name_for(hash, &mime), bytes));
+        mimes.insert(hash.as_str(), mime);
+    }
+    let mut conversation_ids = HashSet::new();
+    let mut message_ids = HashSet::new();
+    for conversation in &export.conversations {
+        if !is_id(&conversation.id) || !conversation_ids.insert(conversation.id.as_str()) {
+            return Err(bad(format!(
+                "the conversation id {:?} is not valid or appears twice",
+                conversation.id
+            )));
+        }
+        let mut earlier = HashSet::new();
+        for message in &conversation.messages {
+            if !is_id(&message.id) || !message_ids.insert(message.id.as_str()) {
+                return Err(bad(format!(
+                    "the message id {:?} is not valid or appears twice",
+                    message.id
+                )));
+            }
+            if let Some(parent) = &message.parent_id {
+                if !earlier.contains(parent.as_str()) {
+                    return Err(bad(format!(
+                        "message {} follows {parent}, which is not before it in its conversation",
+                        message.id
+                    )));
+                }
+            }
+            if message.role != Role::Assistant && message.status != MessageStatus::Complete {
+                return Err(bad(format!(
+                    "message {} is from the user but not complete",
+                    message.id
+                )));
+            }
+            for attachment in &message.attachments {
+                let Some(stored_mime) = mimes.get(attachment.hash.as_str()) else {
+                    return Err(bad(format!(
+                        "message {} has an image that is not in the file",
+                        message.id
+                    )));
+                };
+                let mime = normalize_mime(&attachment.mime).map_err(|e| bad(e.to_string()))?;
+                if &mime != stored_mime {
+                    return Err(bad(format!(
+                        "message {} names its image {mime}, the file says {stored_mime}",
+                        message.id
+                    )));
+                }
+            }
+            earlier.insert(message.id.as_str());
+        }
+    }
+    Ok(files)
+}
+
+/// An id as this app writes them (a UUID), nothing else.
+fn is_id(id: &str) -> bool {
+    id.len() == 36 && id.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
+/// Inserts what `export` has and the database lacks; the files are already stored.
+fn import_into(conn: &Connection, attachments_dir: &Path, export: &Export) -> Result<ImportReport> {
+    let mut report = ImportReport::default();
+    for conversation in &export.conversations {
+        let exists: bool = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM conversations WHERE id = ?)",
+            [&conversation.id],
+            |row| row.get(0),
+        )?;
+        if !exists {
+            conn.execute(
+                "INSERT INTO conversations (id, title, model, pinned, created_at, updated_at)
+                 VALUES (?, ?, ?, ?, ?, ?)",
+                params![
+                    conversation.id,
+                    conversation.title,
+                    conversation.model,
+                    conversation.pinned,
+                    conversation.created_at,
+                    conversation.updated_at
+                ],
+            )?;
+        }
+        let mut added = 0;
+        for message in &conversation.messages {
+            let here: Option<String> = conn
+                .query_row(
+                    "SELECT conversation_id FROM messages WHERE id = ?",
+                    [&message.id],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            match here {
+                Some(owner) if owner == conversation.id => {
+                    report.messages_skipped += 1;
+                    continue;
+                }
+                Some(_) => {
+                    return Err(Error::BadExport(format!(
+                        "message {} belongs to another conversation here",
+                        message.id
+                    )))
+                }
+                None => {}
+            }
+            let status = match message.status {
+                MessageStatus::Streaming => MessageStatus::Stopped,
+                status => status,
+            };
+            let usage = message.usage.as_ref().map(usage_json).transpose()?;
+            let generated = message.generated.as_deref().map(ids_to_bytes);
+            conn.prepare_cached(
+                "INSERT INTO messages (id, conversation_id, position, role, text, status, error,
+                                       usage, created_at, generated, parent_id, chosen_at)
+                 VALUES (?1, ?2, (SELECT COALESCE(MAX(position), -1) + 1 FROM messages
+                                  WHERE conversation_id = ?2), ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
+                         ?11)",
+            )?
+            .execute(params![
+                message.id,
+                conversation.id,
+                message.role,
+                message.text,
+                status,
+                message.error,
+                usage,
+                message.created_at,
+                generated,
+                message.parent_id,
+                message.chosen_at
+            ])?;
+            for (position, attachment) in message.attachments.iter().enumerate() {
+                let input = AttachmentInput {
+                    hash: attachment.hash.clone(),
+                    mime: attachment.mime.clone(),
+                    width: attachment.width,
+                    height: attachment.height,
+                };
+                attachments::attach(conn, attachments_dir, &message.id, position, &input)?;
+            }
+            added += 1;
+        }
+        report.messages_added += added;
+        match (exists, added) {
+            (false, _) => report.conversations_added += 1,
+            (true, 0) => report.conversations_unchanged += 1,
+            (true, _) => {
+                report.conversations_updated += 1;
+                touch(conn, &conversation.id)?;
+            }
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,301 @@
+//! JSON export and import: a round trip gives back every message, version and image byte for
+//! byte; importing twice adds nothing; a damaged or foreign file is refused and changes nothing.
+
+use std::fs;
+
+use chats::{Error, Export, MessageStatus, Role, StopReason, Store, Usage};
+use tempfile::TempDir;
+
+const PNG: &[u8] = b"\x89PNG\r\n\x1a\n pretend pixels";
+const JPEG: &[u8] = b"\xff\xd8\xff pretend jpeg";
+
+fn open() -> (TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    (dir, store)
+}
+
+fn usage() -> Usage {
+    Usage {
+        prompt_tokens: 12,
+        reused_tokens: 3,
+        generated_tokens: 2,
+        time_to_first_token_ms: 80.0,
+        prefill_tokens_per_second: 150.0,
+        decode_tokens_per_second: 20.5,
+        stop_reason: StopReason::EndOfTurn,
+        context_window: Some(4096),
+    }
+}
+
+/// A chat with two images, a regenerated answer (two versions) and a follow-up.
+fn chat_with_everything(store: &Store) -> String {
+    let chat = store.create_conversation("Photos & plans").unwrap().id;
+    store
+        .set_conversation_model(&chat, Some("gemma-4-e4b-it-4bit"))
+        .unwrap();
+    let png = store
+        .store_attachment(PNG, "image/png", Some(4), Some(3))
+        .unwrap();
+    let jpeg = store
+        .store_attachment(JPEG, "image/jpeg", None, None)
+        .unwrap();
+    let q = store
+        .add_message(
+            &chat,
+            Role::User,
+            "What is in these?",
+            &[(&png).into(), (&jpeg).into()],
+        )
+        .unwrap();
+    for (text, ids) in [("A cat.", [10u32, 11]), ("Two cats.", [12, 13])] {
+        let id = store.begin_answer_to(&chat, &q.id).unwrap();
+        store.append_assistant_text(&id, text).unwrap();
+        store.set_generated_ids(&id, &ids).unwrap();
+        store
+            .finish_assistant_message(&id, MessageStatus::Complete, Some(&usage()), None)
+            .unwrap();
+    }
+    store.add_message(&chat, Role::User, "Thanks", &[]).unwrap();
+    chat
+}
+
+/// Everything that must come back: every message (all versions) with its ids, stats and the
+/// bytes of its images, and the conversation as shown.
+fn everything(store: &Store, chat: &str) -> (Export, Vec<(String, u32, u32)>) {
+    let mut export = store.export(Some(&[chat.to_owned()])).unwrap();
+    export.exported_at = 0;
+    let shown = store
+        .get_conversation(chat)
+        .unwrap()
+        .messages
+        .into_iter()
+        .map(|m| (m.text, m.version, m.versions))
+        .collect();
+    (export, shown)
+}
+
+#[test]
+fn export_delete_import_gives_back_every_message_and_image_byte_for_byte() {
+    let (_dir, store) = open();
+    let chat = chat_with_everything(&store);
+    let before = everything(&store, &chat);
+    assert_eq!(
+        before.0.conversations[0].messages.len(),
+        4,
+        "both versions are exported"
+    );
+    assert_eq!(before.0.files.len(), 2);
+    let json = store
+        .export_json(Some(std::slice::from_ref(&chat)))
+        .unwrap();
+
+    store.delete_conversation(&chat).unwrap();
+    assert!(store.list_conversations().unwrap().is_empty());
+    let report = store.import_json(&json).unwrap();
+
+    assert_eq!((report.conversations_added, report.messages_added), (1, 4));
+    assert_eq!(everything(&store, &chat), before);
+    let images = &store.get_conversation(&chat).unwrap().messages[0].attachments;
+    let bytes: Vec<Vec<u8>> = images
+        .iter()
+        .map(|a| fs::read(store.attachment_path(&a.id).unwrap()).unwrap())
+        .collect();
+    assert_eq!(bytes, [PNG.to_vec(), JPEG.to_vec()]);
+    let answer = &store.get_conversation(&chat).unwrap().messages[1];
+    assert_eq!(answer.generated, Some(vec![12, 13]));
+    assert_eq!(answer.usage, Some(usage()));
+    // The import is searchable like anything written here.
+    assert_eq!(store.search("cats").unwrap().len(), 1);
+}
+
+#[test]
+fn importing_the_same_export_twice_adds_nothing_and_says_what_was_skipped() {
+    let (_dir, store) = open();
+    let chat = chat_with_everything(&store);
+    let json = store.export_json(None).unwrap();
+    let before = everything(&store, &chat);
+
+    let report = store.import_json(&json).unwrap();
+    assert_eq!(
+        (
+            report.conversations_added,
+            report.conversations_unchanged,
+            report.messages_skipped
+        ),
+        (0, 1, 4)
+    );
+    let again = store.import_json(&json).unwrap();
+    assert_eq!(again, report);
+    assert_eq!(store.list_conversations().unwrap().len(), 1);
+    assert_eq!(everything(&store, &chat), before);
+}
+
+#[test]
+fn an_export_imported_into_another_folder_adds_only_what_is_missing() {
+    let (_dir, store) = open();
+    let chat = chat_with_everything(&store);
+    let old = store.export_json(None).unwrap();
+    store
+        .add_message(&chat, Role::Assistant, "You're welcome", &[])
+        .unwrap();
+    let new = store.export_json(None).unwrap();
+
+    let (_other_dir, other) = open();
+    other.import_json(&old).unwrap();
+    let report = other.import_json(&new).unwrap();
+    assert_eq!(
+        (
+            report.conversations_updated,
+            report.messages_added,
+            report.messages_skipped
+        ),
+        (1, 1, 4)
+    );
+    // Everything but the time of last activity, which the import is.
+    let without_activity = |store: &Store| {
+        let (mut export, shown) = everything(store, &chat);
+        export.conversations[0].updated_at = 0;
+        (export, shown)
+    };
+    assert_eq!(without_activity(&other), without_activity(&store));
+}
+
+#[test]
+fn damaged_or_foreign_files_are_refused_and_change_nothing() {
+    let (dir, store) = open();
+    let chat = chat_with_everything(&store);
+    let json = store.export_json(None).unwrap();
+    store.delete_conversation(&chat).unwrap();
+    let other = store.create_conversation("Untouched").unwrap();
+
+    let text = String::from_utf8(json.clone()).unwrap();
+    let export: Export = serde_json::from_slice(&json).unwrap();
+    let a_hash = export.files.keys().next().unwrap().clone();
+    let mut wrong_bytes = export.clone();
+    wrong_bytes.files.get_mut(&a_hash).unwrap().data = "AAAA".into();
+    let mut orphan_parent = export.clone();
+    orphan_parent.conversations[0].messages[1].parent_id =
+        Some("01900000-0000-7000-8000-000000000000".into());
+    let mut missing_file = export.clone();
+    missing_file.files.remove(&a_hash);
+    let mut path_as_id = export.clone();
+    path_as_id.conversations[0].messages[0].id = "../../../../etc/passwd".into();
+
+    let bad: Vec<(&str, Vec<u8>)> = vec![
+        ("cut short", json[..json.len() / 2].to_vec()),
+        ("not JSON", b"\x00\x01 hello".to_vec()),
+        ("other JSON", br#"{"messages": []}"#.to_vec()),
+        (
+            "newer",
+            text.replacen("\"version\": 1", "\"version\": 99", 1)
+                .into_bytes(),
+        ),
+        (
+            "bytes that do not match their hash",
+            serde_json::to_vec(&wrong_bytes).unwrap(),
+        ),
+        (
+            "a reply to a missing message",
+            serde_json::to_vec(&orphan_parent).unwrap(),
+        ),
+        (
+            "an image not in the file",
+            serde_json::to_vec(&missing_file).unwrap(),
+        ),
+        (
+            "an id that is a path",
+            serde_json::to_vec(&path_as_id).unwrap(),
+        ),
+    ];
+    let files_before = fs::read_dir(dir.path().join(chats::ATTACHMENTS_DIR))
+        .unwrap()
+        .count();
+    for (what, file) in bad {
+        let err = store.import_json(&file).unwrap_err();
+        assert!(matches!(err, Error::BadExport(_)), "{what}: {err}");
+        assert!(
+            err.to_string().contains("nothing was changed"),
+            "{what}: {err}"
+        );
+        let ids: Vec<String> = store
+            .list_conversations()
+            .unwrap()
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
+        assert_eq!(ids, std::slice::from_ref(&other.id), "{what}");
+    }
+    let files_after = fs::read_dir(dir.path().join(chats::ATTACHMENTS_DIR))
+        .unwrap()
+        .count();
+    assert_eq!(files_after, files_before);
+}
+
+#[test]
+fn a_failure_part_way_rolls_back_the_whole_import() {
+    let (_dir, store) = open();
+    let first = chat_with_everything(&store);
+    let second = store.create_conversation("Second").unwrap().id;
+    store
+        .add_message(&second, Role::User, "hello", &[])
+        .unwrap();
+    let third = store.create_conversation("Third").unwrap().id;
+    store.add_message(&third, Role::User, "hi", &[]).unwrap();
+    let mut export = store.export(None).unwrap();
+    store.delete_conversation(&second).unwrap();
+    store.delete_conversation(&third).unwrap();
+    // Third imports fine; then Second claims a message that, here, belongs to First.
+    let taken = store.get_conversation(&first).unwrap().messages[0]
+        .id
+        .clone();
+    export.conversations.retain(|c| c.id != first);
+    export.conversations.sort_by_key(|c| c.id != third);
+    export.conversations[1].messages[0].id = taken;
+    let before = store.list_conversations().unwrap();
+
+    let err = store.import(&export).unwrap_err();
+
+    assert!(matches!(err, Error::BadExport(_)), "{err}");
+    assert_eq!(
+        store.list_conversations().unwrap(),
+        before,
+        "Third was rolled back too"
+    );
+}
+
+#[test]
+fn markdown_reads_as_the_conversation_shown_with_images_beside_it() {
+    let (dir, store) = open();
+    let chat = chat_with_everything(&store);
+    let out = dir.path().join("out");
+    fs::create_dir(&out).unwrap();
+    let path = out.join("My chat.md");
+
+    store
+        .export_markdown(&chat, &path, |text| text.to_owned())
+        .unwrap();
+
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with("# Photos & plans\n"), "{text}");
+    assert!(
+        text.contains("## You\n\n![image 1](My%20chat_files/"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Two cats.") && !text.contains("A cat."),
+        "only the version shown: {text}"
+    );
+    assert!(
+        text.contains("## Gemma") && text.contains("Thanks"),
+        "{text}"
+    );
+    let mut images: Vec<Vec<u8>> = fs::read_dir(out.join("My chat_files"))
+        .unwrap()
+        .map(|e| fs::read(e.unwrap().path()).unwrap())
+        .collect();
+    images.sort();
+    let mut expected = vec![PNG.to_vec(), JPEG.to_vec()];
+    expected.sort();
+    assert_eq!(images, expected);
+}
