@@ -4,6 +4,7 @@ const COMMANDS: &[&str] = &[
     "choose_model_folder",
     "download_model",
     "cancel_download",
+    "forget_model",
     "memory_usage",
     "list_conversations",
     "get_conversation",

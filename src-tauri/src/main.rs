@@ -57,6 +57,7 @@ fn run() -> anyhow::Result<()> {
             commands::choose_model_folder,
             commands::download_model,
             commands::cancel_download,
+            commands::forget_model,
             commands::memory_usage,
             commands::list_conversations,
             commands::get_conversation,

@@ -27,6 +27,7 @@ import { FrameScheduler, Generations, type LiveGeneration } from "./stream";
 import { ChatView } from "./views/chat";
 import { Composer } from "./views/composer";
 import { confirmDialog } from "./views/dialogs";
+import { ModelPanel } from "./views/model-settings";
 import { SettingsDialog } from "./views/settings";
 import { setupView } from "./views/setup";
 import { Sidebar } from "./views/sidebar";
@@ -111,12 +112,24 @@ export class App {
         this.emptyNote,
       ),
     );
+    const modelPanel = new ModelPanel(
+      this.state.model,
+      () => this.state.status.get()?.downloads ?? [],
+      () => this.generations.current() !== undefined,
+      {
+        chooseFolder: async () => this.applyModelState(await api.chooseModelFolder()),
+        download: (repo) => api.downloadModel(repo),
+        cancelDownload: () => api.cancelDownload(),
+        forget: () => this.forgetModel(),
+      },
+    );
     this.settingsDialog = new SettingsDialog(
       {
         load: () => api.getSettings(),
         save: (settings) => this.saveSettings(settings),
       },
       this.state.settingsLimits,
+      modelPanel,
     );
     this.followState();
   }
@@ -329,6 +342,13 @@ export class App {
     } finally {
       this.state.setup.patch({ busy: false });
     }
+  }
+
+  /** Unloads the model and goes back to the model picker, on a new chat. */
+  private async forgetModel(): Promise<void> {
+    this.applyModelState(await api.forgetModel());
+    this.settingsDialog.close();
+    this.newChat();
   }
 
   private async download(): Promise<void> {
