@@ -54,7 +54,7 @@ pub const DOWNLOADS: [(&str, &str); 2] = [
     (models::DEFAULT_REPO, "Gemma 4 E4B, 4-bit (~5 GB)"),
     (
         "mlx-community/gemma-4-e4b-it-8bit",
-        "Gemma 4 E4B, 8-bit (~9 GB, a little more faithful, slower)",
+        "Gemma 4 E4B, 8-bit (larger and slower, closer to the original)",
     ),
 ];
 
