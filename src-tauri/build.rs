@@ -20,6 +20,7 @@ const COMMANDS: &[&str] = &[
     "save_settings",
     "pick_images",
     "add_pasted_image",
+    "paste_clipboard_image",
     "remove_pending_attachment",
     "attachment_thumbnail",
     "open_link",

@@ -210,6 +210,18 @@ pub async fn add_pasted_image(
     blocking(move || attachments.add_bytes(&name, &bytes)).await
 }
 
+/// The OS clipboard's image, for a paste the webview gave the page no file for (WebKitGTK);
+/// `None` when the clipboard holds no image.
+#[tauri::command]
+pub async fn paste_clipboard_image(state: Shared<'_>) -> Result<Option<PendingAttachment>, Error> {
+    let attachments = state.attachments.clone();
+    blocking(move || match crate::clipboard::read_image()? {
+        Some(image) => crate::clipboard::attach(&attachments, image).map(Some),
+        None => Ok(None),
+    })
+    .await
+}
+
 #[tauri::command]
 pub fn remove_pending_attachment(state: Shared<'_>, id: String) {
     state.attachments.remove(&id);

@@ -194,6 +194,14 @@ export function addPastedImage(bytes: Uint8Array, fileName: string): Promise<Pen
   return call("add_pasted_image", bytes, { headers: { "x-file-name": headerSafe(fileName) } });
 }
 
+/**
+ * Attaches the OS clipboard's image, for a paste the webview gave no file for (WebKitGTK);
+ * resolves with null when the clipboard holds no image.
+ */
+export function pasteClipboardImage(): Promise<PendingAttachment | null> {
+  return call("paste_clipboard_image");
+}
+
 export function removePendingAttachment(id: string): Promise<void> {
   return call("remove_pending_attachment", { id });
 }

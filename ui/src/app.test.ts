@@ -794,6 +794,45 @@ describe("attachments", () => {
     expect(call?.options).toEqual({ headers: { "x-file-name": "clip.png" } });
     expect($$("pending-attachment")).toHaveLength(1);
   });
+
+  function paste(data: { files: File[]; text: string }): ClipboardEvent {
+    const event = new Event("paste", { bubbles: true, cancelable: true }) as ClipboardEvent;
+    Object.defineProperty(event, "clipboardData", {
+      value: { files: data.files, getData: (type: string) => (type === "text/plain" ? data.text : "") },
+    });
+    composer().dispatchEvent(event);
+    return event;
+  }
+
+  it("reads the clipboard's image in the backend when the paste brings no file (WebKitGTK)", async () => {
+    handle("paste_clipboard_image", () => image);
+    await mount();
+    const event = paste({ files: [], text: "" });
+    expect(event.defaultPrevented).toBe(true);
+    await settle();
+    expect(callsOf("paste_clipboard_image")).toHaveLength(1);
+    expect($$("pending-attachment")).toHaveLength(1);
+  });
+
+  it("says so when a paste brings neither text nor an image", async () => {
+    handle("paste_clipboard_image", () => null);
+    await mount();
+    paste({ files: [], text: "" });
+    await settle();
+    expect($$("pending-attachment")).toHaveLength(0);
+    expect(root.querySelector(".toast")?.textContent).toContain(
+      "Nothing to paste: the clipboard holds neither text nor an image.",
+    );
+  });
+
+  it("leaves a text paste to the text field and asks the backend for nothing", async () => {
+    handle("paste_clipboard_image", () => image);
+    await mount();
+    const event = paste({ files: [], text: "hello" });
+    expect(event.defaultPrevented).toBe(false);
+    await settle();
+    expect(callsOf("paste_clipboard_image")).toHaveLength(0);
+  });
 });
 
 describe("settings", () => {

@@ -93,6 +93,7 @@ export class App {
       stop: () => void this.stop(),
       attach: () => void this.pickImages(),
       pasteImages: (files) => void this.pasteImages(files),
+      pasteFromClipboard: () => void this.pasteFromClipboard(),
       removeAttachment: (attachment) => this.removeAttachment(attachment),
     });
     this.chat = new ChatView(
@@ -738,6 +739,17 @@ export class App {
       } catch (error) {
         this.toasts.show(`Could not paste the image: ${errorMessage(error)}`);
       }
+    }
+  }
+
+  /** A paste the webview gave no file or text for: the image on the OS clipboard, if any. */
+  private async pasteFromClipboard(): Promise<void> {
+    try {
+      const attachment = await api.pasteClipboardImage();
+      if (attachment) this.addAttachments([attachment]);
+      else this.toasts.show("Nothing to paste: the clipboard holds neither text nor an image.");
+    } catch (error) {
+      this.toasts.show(`Could not paste the image: ${errorMessage(error)}`);
     }
   }
 

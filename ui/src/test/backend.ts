@@ -38,7 +38,10 @@ export const READY: ModelState = {
 /** The downloads the backend offers (`DOWNLOADS` in src-tauri/src/model_setup.rs). */
 export const DOWNLOADS = [
   { repo: "mlx-community/gemma-4-e4b-it-4bit", label: "Gemma 4 E4B, 4-bit (~5 GB)" },
-  { repo: "mlx-community/gemma-4-e4b-it-8bit", label: "Gemma 4 E4B, 8-bit (larger and slower, closer to the original)" },
+  {
+    repo: "mlx-community/gemma-4-e4b-it-8bit",
+    label: "Gemma 4 E4B, 8-bit (larger and slower, closer to the original)",
+  },
 ];
 
 /** The limits the backend sends (`SettingsLimits::default` in src-tauri/src/settings.rs). */
