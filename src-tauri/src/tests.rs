@@ -923,3 +923,63 @@ fn only_the_offered_checkpoints_can_be_downloaded() {
     );
     assert_eq!(h.state.models.state(), ModelState::None);
 }
+
+#[test]
+fn an_image_pasted_from_the_clipboard_is_attached_like_a_dropped_png() {
+    use crate::clipboard::{attach, ClipboardImage};
+    let h = Harness::new();
+    let rgba: Vec<u8> = (0..64 * 48u32)
+        .flat_map(|i| [(i % 251) as u8, (i / 64) as u8, 200, 255])
+        .collect();
+
+    let pending = attach(
+        &h.state.attachments,
+        ClipboardImage {
+            width: 64,
+            height: 48,
+            rgba,
+        },
+    )
+    .unwrap();
+
+    assert_eq!(pending.name, "pasted image.png");
+    assert_eq!(pending.mime, "image/png");
+    assert_eq!((pending.width, pending.height), (64, 48));
+    assert!(pending.thumbnail.starts_with("data:image/png;base64,"));
+    // Sent like any attachment: the model sees it and the message keeps it.
+    h.state.models.choose(&fixture()).unwrap();
+    let sent = h
+        .state
+        .chat
+        .send(
+            SendRequest {
+                conversation_id: None,
+                text: "What is this?".into(),
+                attachment_ids: vec![pending.id.clone()],
+            },
+            &short(),
+        )
+        .unwrap();
+    h.finish(sent.generation_id);
+    let saved = h
+        .state
+        .store
+        .get_conversation(&sent.conversation.id)
+        .unwrap();
+    assert_eq!(saved.messages[0].attachments.len(), 1);
+
+    let err = attach(
+        &h.state.attachments,
+        ClipboardImage {
+            width: 64,
+            height: 48,
+            rgba: vec![0; 10],
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert_eq!(
+        err.to_string(),
+        "the clipboard's image is damaged (64 × 48 pixels in 10 bytes)"
+    );
+}
