@@ -1,19 +1,22 @@
 //! One app per data folder: a second launch on the same folder asks the running one to show its
 //! window, then exits, so two processes never write one chats database or load the model twice.
 //!
-//! The first launch holds an exclusive lock on `instance.lock` in the data folder for as long as
-//! it runs (the OS drops it when the process ends, however it ends) and listens on the Unix
-//! socket `instance.sock` beside it. A launch that cannot take the lock connects and writes
-//! `show`. Keyed by folder, not by app id: tests and `--data-dir` copies run side by side.
+//! The first launch holds an exclusive lock on `gemma-desk-<hash>.lock` for as long as it runs
+//! (the OS drops it when the process ends, however it ends) and listens on the Unix socket
+//! `gemma-desk-<hash>.sock` beside it, where `<hash>` names the data folder's path. A launch
+//! that cannot take the lock connects and writes `show`. Keyed by folder, not by app id: tests
+//! and `--data-dir` copies run side by side. Both files live in the user's runtime folder
+//! (`$XDG_RUNTIME_DIR`, else the temporary folder), not in the data folder: a launch that quits
+//! at once (the damaged-history dialog's Quit) leaves the data folder exactly as it was, and the
+//! socket's path stays short enough for its name.
 
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-const LOCK: &str = "instance.lock";
-const SOCKET: &str = "instance.sock";
 const SHOW: &str = "show";
 
 /// How long a second launch keeps trying to reach a first one that is still starting.
@@ -43,13 +46,14 @@ impl Drop for Guard {
 /// Claims `data_dir` for this process. `on_show` runs (on a background thread) each time a
 /// later launch on the same folder asks for the window.
 pub fn claim(data_dir: &Path, on_show: impl Fn() + Send + 'static) -> io::Result<Instance> {
+    // Made first, so that its path is the same canonical one at every launch.
     fs::create_dir_all(data_dir)?;
+    let (lock_path, socket) = rendezvous(data_dir);
     let lock = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(data_dir.join(LOCK))?;
-    let socket = data_dir.join(SOCKET);
+        .open(&lock_path)?;
     match lock.try_lock() {
         Ok(()) => {}
         Err(TryLockError::WouldBlock) => {
@@ -75,6 +79,28 @@ pub fn claim(data_dir: &Path, on_show: impl Fn() + Send + 'static) -> io::Result
         _lock: lock,
         socket,
     }))
+}
+
+/// The lock file and the socket of `data_dir`.
+fn rendezvous(data_dir: &Path) -> (PathBuf, PathBuf) {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    // The same folder however it was written (relative, through a symlink), once it exists.
+    let folder = fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    let name = format!("gemma-desk-{:016x}", fnv1a(folder.as_os_str().as_bytes()));
+    (
+        base.join(format!("{name}.lock")),
+        base.join(format!("{name}.sock")),
+    )
+}
+
+/// 64-bit FNV-1a: a hash that stays the same across builds and Rust versions.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 fn serve(listener: &UnixListener, on_show: &impl Fn()) {
@@ -142,6 +168,8 @@ mod tests {
         ));
         wait_for(&count, 2);
 
+        // Nothing is written into the data folder.
+        assert_eq!(fs::read_dir(temp.path()).unwrap().count(), 0);
         // Another folder is another app.
         let other = tempfile::tempdir().unwrap();
         assert!(matches!(
@@ -151,7 +179,7 @@ mod tests {
 
         // Once the first quits, the next launch is the first again, despite any leftover socket.
         drop(first);
-        fs::write(temp.path().join(SOCKET), b"stale").unwrap();
+        fs::write(rendezvous(temp.path()).1, b"stale").unwrap();
         assert!(matches!(
             claim(temp.path(), || {}).unwrap(),
             Instance::First(_)

@@ -207,6 +207,7 @@ impl Models {
 
     /// Loads a checked folder (blocking), remembering it for the next start.
     pub fn load(&self, candidate: &ModelCandidate) -> Result<ModelState, Error> {
+        let candidate = &self.named(candidate);
         let dir = candidate.dir.display().to_string();
         self.set(ModelState::Loading {
             name: candidate.name.clone(),
@@ -243,6 +244,21 @@ impl Models {
                 Err(Error::ModelInvalid(message))
             }
         }
+    }
+
+    /// A download of the app's, in its models folder, goes by its repository id, as it did
+    /// while it downloaded, whether it is loaded right after or at a later start.
+    fn named(&self, candidate: &ModelCandidate) -> ModelCandidate {
+        let mut named = candidate.clone();
+        if candidate.dir.parent() == Some(self.models_dir.as_path()) {
+            if let Some((repo, _)) = DOWNLOADS
+                .iter()
+                .find(|(repo, _)| repo.rsplit('/').next() == Some(candidate.name.as_str()))
+            {
+                named.name = (*repo).to_owned();
+            }
+        }
+        named
     }
 
     /// Starts downloading `repo` (one of [`DOWNLOADS`]; `None`: the default) on a background
@@ -296,8 +312,7 @@ impl Models {
         );
         match result {
             Ok(dir) => match models::check_folder(&dir) {
-                Ok(mut candidate) => {
-                    candidate.name = repo.to_owned();
+                Ok(candidate) => {
                     let _ = self.load(&candidate);
                 }
                 Err(err) => self.set(ModelState::Failed {

@@ -38,13 +38,18 @@ struct Harness {
 
 impl Harness {
     fn new() -> Self {
+        Self::with_hub("http://127.0.0.1:9")
+    }
+
+    /// The app downloading from the hub at `hub_url`.
+    fn with_hub(hub_url: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let data_dir = dir.path().join("data");
         let events = Arc::new(Recorder::default());
         let state = AppState::open(
             DataDir::new(data_dir.clone()),
             HfCache::none(),
-            "http://127.0.0.1:9".into(),
+            hub_url.into(),
             events.clone(),
         )
         .unwrap();
@@ -982,4 +987,116 @@ fn an_image_pasted_from_the_clipboard_is_attached_like_a_dropped_png() {
         err.to_string(),
         "the clipboard's image is damaged (64 × 48 pixels in 10 bytes)"
     );
+}
+
+/// A hub on 127.0.0.1 laid out as huggingface.co is (`/api/models/{repo}/tree/main`,
+/// `/{repo}/resolve/main/{file}`), serving the files of `dir` as `repo`. Returns its address.
+fn serve_hub(repo: &str, dir: &std::path::Path) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            (name, std::fs::read(e.path()).unwrap())
+        })
+        .collect();
+    let listing = serde_json::to_vec(
+        &files
+            .iter()
+            .map(|(path, bytes)| serde_json::json!({"type": "file", "path": path, "size": bytes.len()}))
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let (tree, resolve) = (
+        format!("/api/models/{repo}/tree/main"),
+        format!("/{repo}/resolve/main/"),
+    );
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut request = String::new();
+            let mut reader = BufReader::new(&stream);
+            let _ = reader.read_line(&mut request);
+            let mut header = String::new();
+            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                header.clear();
+            }
+            let path = request.split(' ').nth(1).unwrap_or_default();
+            let body = if path.starts_with(&tree) {
+                Some(listing.as_slice())
+            } else {
+                path.strip_prefix(&resolve)
+                    .and_then(|name| files.iter().find(|(f, _)| f == name))
+                    .map(|(_, bytes)| bytes.as_slice())
+            };
+            let _ = match body {
+                Some(body) => write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                )
+                .and_then(|()| stream.write_all(body)),
+                None => write!(
+                    stream,
+                    "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                ),
+            };
+        }
+    });
+    base
+}
+
+#[test]
+fn settings_can_download_another_build_which_then_replaces_the_model_in_use() {
+    let repo = "mlx-community/gemma-4-e4b-it-8bit";
+    let h = Harness::with_hub(&serve_hub(repo, &fixture_named("tiny-plmp-bf16")));
+    h.state.models.choose(&fixture()).unwrap();
+
+    h.state.models.start_download(Some(repo)).unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let ready = loop {
+        match h.state.models.state() {
+            ready @ ModelState::Ready { .. } if !matches!(&ready, ModelState::Ready { name, .. } if name == "tiny") => {
+                break ready
+            }
+            ModelState::Failed { message, .. } => panic!("the download failed: {message}"),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "the download did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let ModelState::Ready { name, dir, .. } = ready else {
+        unreachable!()
+    };
+    assert_eq!(name, repo);
+    let folder = h.data_dir.join("models").join("gemma-4-e4b-it-8bit");
+    assert_eq!(dir, folder.display().to_string());
+    let total: u64 = std::fs::read_dir(fixture_named("tiny-plmp-bf16"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    let progress: Vec<u64> = model_states(&h.events)
+        .into_iter()
+        .filter_map(|s| match s {
+            ModelState::Downloading { progress } => Some(progress.bytes_total),
+            _ => None,
+        })
+        .collect();
+    assert!(!progress.is_empty(), "no progress was shown");
+    assert!(
+        progress.iter().all(|&t| t == total),
+        "{progress:?} of {total}"
+    );
+    // The downloaded model answers, and is the one loaded at the next start.
+    let sent = h.send("Hello there", &short()).unwrap();
+    assert!(matches!(
+        h.finish(sent.generation_id).last(),
+        Some(GenerationEvent::Done { .. })
+    ));
+    let (state, _, _dir) = h.restart();
+    state.models.load_at_startup();
+    assert!(matches!(state.models.state(), ModelState::Ready { name, .. } if name == repo));
 }
