@@ -603,6 +603,7 @@ class Scenario:
             error = win.need(testid("setup-error"), "the reason the model is not loaded", timeout=START_TIMEOUT)
             expected = f"{repo_id} at {snapshot} is gone: choose another"
             check(s.text(error) == expected, f"the start screen says {s.text(error)!r}, expected {expected!r}")
+            time.sleep(1)  # WebKit paints asynchronously: let the start screen reach the surface
             steps.shot("model-gone")
             win.click(testid("choose-folder"), "the Choose Folder… button")
             self.desktop.choose_folder(FOLDER_DIALOG, model, timeout=30, before_accept=lambda: None)
