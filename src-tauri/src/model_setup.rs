@@ -100,6 +100,9 @@ pub struct Models {
     hub_url: String,
     state: Mutex<ModelState>,
     download: Mutex<Option<Arc<AtomicBool>>>,
+    /// Held while a model is loaded or forgotten, so that one change of model ends (state
+    /// and engine agreeing) before the next begins.
+    switching: Mutex<()>,
     events: Arc<dyn Events>,
 }
 
@@ -120,6 +123,7 @@ impl Models {
             hub_url,
             state: Mutex::new(ModelState::None),
             download: Mutex::new(None),
+            switching: Mutex::new(()),
             events,
         }
     }
@@ -199,6 +203,7 @@ impl Models {
                 "a model is downloading: cancel the download first".into(),
             ));
         }
+        let _switching = lock(&self.switching);
         self.engine.unload()?;
         Settings::remember_model(&self.store, None)?;
         self.set(ModelState::None);
@@ -207,6 +212,7 @@ impl Models {
 
     /// Loads a checked folder (blocking), remembering it for the next start.
     pub fn load(&self, candidate: &ModelCandidate) -> Result<ModelState, Error> {
+        let _switching = lock(&self.switching);
         let candidate = &self.named(candidate);
         let dir = candidate.dir.display().to_string();
         self.set(ModelState::Loading {
