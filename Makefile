@@ -25,7 +25,7 @@ export CARGO_TERM_COLOR := never
 
 APT_PACKAGES := build-essential pkg-config curl file cmake libssl-dev libclang-dev \
   libwebkit2gtk-4.1-dev libgtk-3-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev \
-  python3-venv xvfb xauth webkit2gtk-driver xdotool python3-gi gir1.2-gtk-3.0 iproute2
+  python3-venv xvfb xauth webkit2gtk-driver xdotool xclip python3-gi gir1.2-gtk-3.0 iproute2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 APP := target/debug/gemma-desk

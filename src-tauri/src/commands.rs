@@ -36,7 +36,8 @@ pub fn app_status(state: Shared<'_>) -> Result<AppStatus, Error> {
     status::read(&state.data_dir, state.models.state())
 }
 
-/// Asks for a model folder with the OS dialog, checks and loads it.
+/// Asks for a model folder with the OS dialog, checks and loads it in place of the model in
+/// use (an answer being written is stopped first and kept).
 #[tauri::command]
 pub async fn choose_model_folder(app: AppHandle, state: Shared<'_>) -> Result<ModelState, Error> {
     let models = state.models.clone();
@@ -56,10 +57,18 @@ fn pick_folder(app: &AppHandle) -> Option<PathBuf> {
     picked.and_then(|p| p.into_path().ok())
 }
 
-/// Starts downloading the default model; progress comes as `model-state` events.
+/// Starts downloading `repo` (one the app offers; `None`: the default model); progress comes
+/// as `model-state` events.
 #[tauri::command]
-pub fn download_model(state: Shared<'_>) -> Result<(), Error> {
-    state.models.start_download()
+pub fn download_model(state: Shared<'_>, repo: Option<String>) -> Result<(), Error> {
+    state.models.start_download(repo.as_deref())
+}
+
+/// Unloads the model and forgets it: back to the model picker.
+#[tauri::command]
+pub async fn forget_model(state: Shared<'_>) -> Result<ModelState, Error> {
+    let models = state.models.clone();
+    blocking(move || models.forget()).await
 }
 
 #[tauri::command]
@@ -210,6 +219,18 @@ pub async fn add_pasted_image(
         .to_owned();
     let (attachments, bytes) = (state.attachments.clone(), bytes.clone());
     blocking(move || attachments.add_bytes(&name, &bytes)).await
+}
+
+/// The OS clipboard's image, for a paste the webview gave the page no file for (WebKitGTK);
+/// `None` when the clipboard holds no image.
+#[tauri::command]
+pub async fn paste_clipboard_image(state: Shared<'_>) -> Result<Option<PendingAttachment>, Error> {
+    let attachments = state.attachments.clone();
+    blocking(move || match crate::clipboard::read_image()? {
+        Some(image) => crate::clipboard::attach(&attachments, image).map(Some),
+        None => Ok(None),
+    })
+    .await
 }
 
 #[tauri::command]

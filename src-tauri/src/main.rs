@@ -4,10 +4,12 @@
 mod answer;
 mod attachments;
 mod chat;
+mod clipboard;
 mod commands;
 mod data_dir;
 mod error;
 mod events;
+mod instance;
 mod launch;
 mod launch_error;
 mod links;
@@ -35,6 +37,7 @@ use tauri::{AppHandle, DragDropEvent, Manager, RunEvent, WebviewWindowBuilder, W
 use crate::attachments::DropEvent;
 use crate::data_dir::DataDir;
 use crate::events::Events;
+use crate::instance::Instance;
 use crate::launch::LaunchOptions;
 use crate::state::{AppState, HUB_URL};
 
@@ -58,6 +61,7 @@ fn run() -> anyhow::Result<()> {
             commands::choose_model_folder,
             commands::download_model,
             commands::cancel_download,
+            commands::forget_model,
             commands::memory_usage,
             commands::list_conversations,
             commands::get_conversation,
@@ -73,6 +77,7 @@ fn run() -> anyhow::Result<()> {
             commands::save_settings,
             commands::pick_images,
             commands::add_pasted_image,
+            commands::paste_clipboard_image,
             commands::remove_pending_attachment,
             commands::attachment_thumbnail,
             commands::attachment_view,
@@ -92,6 +97,25 @@ fn run() -> anyhow::Result<()> {
             .path()
             .app_data_dir()
             .context("could not find the app data folder")?,
+    };
+    // A second launch on the same folder brings the running window forward and leaves.
+    let handle = app.handle().clone();
+    let instance = instance::claim(&data_dir, move || show_main_window(&handle))
+        .with_context(|| format!("could not use the data folder {}", data_dir.display()))?;
+    let guard = match instance {
+        Instance::First(guard) => guard,
+        Instance::Second { shown } => {
+            let what = if shown {
+                "showing its window"
+            } else {
+                "it did not answer"
+            };
+            eprintln!(
+                "gemma-desk: already running on {}; {what}",
+                data_dir.display()
+            );
+            return Ok(());
+        }
     };
     let data_dir = DataDir::new(data_dir);
     let events: Arc<dyn Events> = Arc::new(app.handle().clone());
@@ -113,20 +137,24 @@ fn run() -> anyhow::Result<()> {
         }
         Err(err) => Some(err),
     };
-    app.run(move |handle, event| match event {
-        RunEvent::Ready => {
-            if let Some(err) = failed.take() {
-                eprintln!("gemma-desk: {err:#}");
-                launch_error::recover(handle, err, chats_dir.clone(), open.clone(), start);
+    app.run(move |handle, event| {
+        // Held for as long as the app runs: the folder stays claimed.
+        let _ = &guard;
+        match event {
+            RunEvent::Ready => {
+                if let Some(err) = failed.take() {
+                    eprintln!("gemma-desk: {err:#}");
+                    launch_error::recover(handle, err, chats_dir.clone(), open.clone(), start);
+                }
             }
-        }
-        RunEvent::Exit => {
-            // Ends a running answer cleanly so it is saved as stopped, not left mid-write.
-            if let Some(state) = handle.try_state::<AppState>() {
-                state.chat.shutdown();
+            RunEvent::Exit => {
+                // Ends a running answer cleanly so it is saved as stopped, not left mid-write.
+                if let Some(state) = handle.try_state::<AppState>() {
+                    state.chat.shutdown();
+                }
             }
+            _ => {}
         }
-        _ => {}
     });
     Ok(())
 }
@@ -184,6 +212,15 @@ fn open_main_window(app: &AppHandle, data_dir: &DataDir) -> anyhow::Result<()> {
         }
     });
     Ok(())
+}
+
+/// Brings the main window forward (a second launch asked for it).
+fn show_main_window(app: &AppHandle) {
+    if let Some(window) = app.get_webview_window("main") {
+        let _ = window.unminimize();
+        let _ = window.show();
+        let _ = window.set_focus();
+    }
 }
 
 /// The only pages the webview may show: the bundled UI (and the dev server in `tauri dev`).

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use chats::Store;
 use engine::worker::Engine;
 use gemma::LoadOptions;
-use model_store::{self as models, DownloadProgress, HfCache, ModelCandidate};
+use model_store::{self as models, DownloadProgress, FolderError, HfCache, ModelCandidate};
 use serde::Serialize;
 use ts_rs::TS;
 
@@ -39,10 +39,54 @@ pub enum ModelState {
         context_window: u32,
         /// Whether it can see images.
         vision: bool,
+        /// What the checkpoint is: size on disk, quantization, parameters, towers.
+        checkpoint: ModelCandidate,
     },
     /// Loading or downloading failed; `message` says why in words.
     Failed {
         dir: Option<String>,
+        message: String,
+    },
+}
+
+/// The checkpoints the app offers to download: (repository, label). The first is the default.
+pub const DOWNLOADS: [(&str, &str); 2] = [
+    (models::DEFAULT_REPO, "Gemma 4 E4B, 4-bit (~5 GB)"),
+    (
+        "mlx-community/gemma-4-e4b-it-8bit",
+        "Gemma 4 E4B, 8-bit (larger and slower, closer to the original)",
+    ),
+];
+
+/// A checkpoint the app offers to download.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, TS)]
+pub struct DownloadOption {
+    /// Hugging Face repository id.
+    pub repo: String,
+    /// What the user reads.
+    pub label: String,
+}
+
+/// The downloads offered, the default first.
+pub fn download_options() -> Vec<DownloadOption> {
+    DOWNLOADS
+        .iter()
+        .map(|(repo, label)| DownloadOption {
+            repo: (*repo).to_owned(),
+            label: (*label).to_owned(),
+        })
+        .collect()
+}
+
+/// What the app does about the model at start.
+#[derive(Debug)]
+pub enum Startup {
+    Load(ModelCandidate),
+    /// Nothing remembered, nothing found: the first-run screen.
+    FirstRun,
+    /// The model used last is gone or broken; `message` names it.
+    Unusable {
+        dir: String,
         message: String,
     },
 }
@@ -56,6 +100,9 @@ pub struct Models {
     hub_url: String,
     state: Mutex<ModelState>,
     download: Mutex<Option<Arc<AtomicBool>>>,
+    /// Held while a model is loaded or forgotten, so that one change of model ends (state
+    /// and engine agreeing) before the next begins.
+    switching: Mutex<()>,
     events: Arc<dyn Events>,
 }
 
@@ -76,6 +123,7 @@ impl Models {
             hub_url,
             state: Mutex::new(ModelState::None),
             download: Mutex::new(None),
+            switching: Mutex::new(()),
             events,
         }
     }
@@ -89,36 +137,83 @@ impl Models {
         self.events.model_state(&state);
     }
 
-    /// What to load at start: the folder used last if it still checks out, else the first
-    /// model found in the models folder or the Hugging Face cache.
-    pub fn startup_candidate(&self) -> Option<ModelCandidate> {
-        Settings::remembered_model(&self.store)
-            .and_then(|dir| models::check_folder(Path::new(&dir)).ok())
-            .or_else(|| {
-                models::discover(&self.models_dir, &self.hf_cache)
-                    .into_iter()
-                    .next()
-            })
+    /// What to do at start: load the folder used last, else the first model found in the
+    /// models folder or the Hugging Face cache. A folder used last that is gone or no longer
+    /// usable is not replaced by another: it is named, and the user chooses.
+    pub fn startup(&self) -> Startup {
+        let Some(dir) = Settings::remembered_model(&self.store) else {
+            return match models::discover(&self.models_dir, &self.hf_cache)
+                .into_iter()
+                .next()
+            {
+                Some(candidate) => Startup::Load(candidate),
+                None => Startup::FirstRun,
+            };
+        };
+        let path = Path::new(&dir);
+        match models::check_folder(path) {
+            Ok(candidate) => Startup::Load(candidate),
+            Err(err) => {
+                let name = models::display_name(path);
+                let message = match err {
+                    FolderError::NotFound => format!("{name} at {dir} is gone: choose another"),
+                    other => {
+                        format!("{name} at {dir} can no longer be used ({other}): choose another")
+                    }
+                };
+                Startup::Unusable { dir, message }
+            }
+        }
     }
 
-    /// Loads the startup candidate, if any (blocking: run it off the UI thread).
+    /// Loads the model of [`Models::startup`], if any (blocking: run it off the UI thread).
     pub fn load_at_startup(&self) {
-        if let Some(candidate) = self.startup_candidate() {
+        match self.startup() {
             // A failure is in the state the UI shows; nothing else to do with it here.
-            let _ = self.load(&candidate);
+            Startup::Load(candidate) => {
+                let _ = self.load(&candidate);
+            }
+            Startup::FirstRun => {}
+            Startup::Unusable { dir, message } => self.set(ModelState::Failed {
+                dir: Some(dir),
+                message,
+            }),
         }
     }
 
     /// Checks and loads a folder the user picked (blocking). An unusable folder is an error in
-    /// words and leaves the current model as it was.
+    /// words and leaves the current model as it was; a usable one replaces it, stopping an
+    /// answer being written first (it is kept, marked stopped).
     pub fn choose(&self, dir: &Path) -> Result<ModelState, Error> {
+        if lock(&self.download).is_some() {
+            return Err(Error::Invalid(
+                "a model is downloading: cancel the download before choosing another".into(),
+            ));
+        }
         let candidate = models::check_folder(dir)
             .map_err(|err| Error::ModelInvalid(format!("{}: {err}", dir.display())))?;
         self.load(&candidate)
     }
 
+    /// Unloads the model and forgets it, so the next start shows the model picker too. An
+    /// answer being written is stopped first (it is kept, marked stopped).
+    pub fn forget(&self) -> Result<ModelState, Error> {
+        if lock(&self.download).is_some() {
+            return Err(Error::Invalid(
+                "a model is downloading: cancel the download first".into(),
+            ));
+        }
+        let _switching = lock(&self.switching);
+        self.engine.unload()?;
+        Settings::remember_model(&self.store, None)?;
+        self.set(ModelState::None);
+        Ok(ModelState::None)
+    }
+
     /// Loads a checked folder (blocking), remembering it for the next start.
     pub fn load(&self, candidate: &ModelCandidate) -> Result<ModelState, Error> {
+        let _switching = lock(&self.switching);
+        let candidate = &self.named(candidate);
         let dir = candidate.dir.display().to_string();
         self.set(ModelState::Loading {
             name: candidate.name.clone(),
@@ -131,13 +226,17 @@ impl Models {
         });
         match self.engine.load(&candidate.dir, LoadOptions::default()) {
             Ok(info) => {
+                let context_window = candidate
+                    .context_length
+                    .map_or(MAX_CONTEXT, |n| n.min(MAX_CONTEXT));
                 let ready = ModelState::Ready {
                     name: candidate.name.clone(),
                     dir: dir.clone(),
-                    context_window: MAX_CONTEXT,
+                    context_window,
                     vision: info.vision,
+                    checkpoint: candidate.clone(),
                 };
-                let _ = Settings::remember_model(&self.store, &dir);
+                let _ = Settings::remember_model(&self.store, Some(&dir));
                 self.set(ready.clone());
                 Ok(ready)
             }
@@ -153,9 +252,37 @@ impl Models {
         }
     }
 
-    /// Starts downloading the default model on a background thread, then loads it. Does nothing
-    /// when a download is already running.
-    pub fn start_download(self: &Arc<Self>) -> Result<(), Error> {
+    /// A download of the app's, in its models folder, goes by its repository id, as it did
+    /// while it downloaded, whether it is loaded right after or at a later start.
+    fn named(&self, candidate: &ModelCandidate) -> ModelCandidate {
+        let mut named = candidate.clone();
+        if candidate.dir.parent() == Some(self.models_dir.as_path()) {
+            if let Some((repo, _)) = DOWNLOADS
+                .iter()
+                .find(|(repo, _)| repo.rsplit('/').next() == Some(candidate.name.as_str()))
+            {
+                named.name = (*repo).to_owned();
+            }
+        }
+        named
+    }
+
+    /// Starts downloading `repo` (one of [`DOWNLOADS`]; `None`: the default) on a background
+    /// thread, then loads it. Does nothing when a download is already running. A model in use
+    /// stays loaded until the new one is ready; cancelling goes back to it.
+    pub fn start_download(self: &Arc<Self>, repo: Option<&str>) -> Result<(), Error> {
+        let repo = match repo {
+            None => models::DEFAULT_REPO,
+            Some(repo) => DOWNLOADS
+                .iter()
+                .map(|(known, _)| *known)
+                .find(|known| *known == repo)
+                .ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "{repo:?} is not one of the models Gemma Desk downloads"
+                    ))
+                })?,
+        };
         let cancel = {
             let mut download = lock(&self.download);
             if download.is_some() {
@@ -169,16 +296,18 @@ impl Models {
         std::thread::Builder::new()
             .name("model-download".into())
             .spawn(move || {
-                this.download(&cancel);
+                this.download(repo, &cancel);
                 *lock(&this.download) = None;
             })
             .map_err(|e| Error::Internal(format!("could not start the download: {e}")))?;
         Ok(())
     }
 
-    fn download(&self, cancel: &AtomicBool) {
-        let download =
-            models::Download::new(&self.models_dir).hub(models::Hub::new(self.hub_url.clone()));
+    fn download(&self, repo: &str, cancel: &AtomicBool) {
+        let before = self.state();
+        let download = models::Download::new(&self.models_dir)
+            .repo(repo)
+            .hub(models::Hub::new(self.hub_url.clone()));
         let result = download.run(
             &mut |progress: &DownloadProgress| {
                 self.set(ModelState::Downloading {
@@ -189,8 +318,7 @@ impl Models {
         );
         match result {
             Ok(dir) => match models::check_folder(&dir) {
-                Ok(mut candidate) => {
-                    candidate.name = models::DEFAULT_REPO.to_owned();
+                Ok(candidate) => {
                     let _ = self.load(&candidate);
                 }
                 Err(err) => self.set(ModelState::Failed {
@@ -198,7 +326,11 @@ impl Models {
                     message: format!("the downloaded model is not usable: {err}"),
                 }),
             },
-            Err(_) if cancel.load(Ordering::Relaxed) => self.set(ModelState::None),
+            // Back to the model in use, if there was one: the engine still holds it.
+            Err(_) if cancel.load(Ordering::Relaxed) => self.set(match before {
+                ready @ ModelState::Ready { .. } => ready,
+                _ => ModelState::None,
+            }),
             Err(err) => self.set(ModelState::Failed {
                 dir: None,
                 message: format!("The download stopped: {err}. Try again to resume it."),

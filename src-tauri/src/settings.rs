@@ -123,14 +123,18 @@ impl Settings {
         Ok(self)
     }
 
-    /// Remembers the model folder to load on the next start.
-    pub fn remember_model(store: &Store, dir: &str) -> Result<(), Error> {
-        Ok(store.set_setting(MODEL_KEY, dir)?)
+    /// Remembers the model folder to load on the next start (`None`: no model).
+    pub fn remember_model(store: &Store, dir: Option<&str>) -> Result<(), Error> {
+        Ok(store.set_setting(MODEL_KEY, &dir)?)
     }
 
     /// The model folder loaded last, if any.
     pub fn remembered_model(store: &Store) -> Option<String> {
-        store.get_setting(MODEL_KEY).ok().flatten()
+        store
+            .get_setting::<Option<String>>(MODEL_KEY)
+            .ok()
+            .flatten()
+            .flatten()
     }
 
     /// Refuses values the sampler or the model cannot use, naming the field.
@@ -285,7 +289,7 @@ mod tests {
     #[test]
     fn saving_settings_keeps_the_remembered_model_folder() {
         let (_dir, store) = store();
-        Settings::remember_model(&store, "/models/gemma").unwrap();
+        Settings::remember_model(&store, Some("/models/gemma")).unwrap();
         Settings {
             temperature: 0.5,
             ..Settings::default()

@@ -7,7 +7,7 @@ use ts_rs::TS;
 
 use crate::data_dir::DataDir;
 use crate::error::Error;
-use crate::model_setup::ModelState;
+use crate::model_setup::{download_options, DownloadOption, ModelState};
 use crate::settings::SettingsLimits;
 
 /// What the UI needs to choose between the first-run screen and the chat.
@@ -24,6 +24,8 @@ pub struct AppStatus {
     pub platform: String,
     /// What each setting may be, so the settings form checks what the backend enforces.
     pub settings_limits: SettingsLimits,
+    /// The checkpoints the app can download, the default first.
+    pub downloads: Vec<DownloadOption>,
 }
 
 /// Creates the models folder so the user can find it.
@@ -44,6 +46,7 @@ pub fn read(data_dir: &DataDir, model: ModelState) -> Result<AppStatus, Error> {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         platform: std::env::consts::OS.to_owned(),
         settings_limits: SettingsLimits::default(),
+        downloads: download_options(),
     })
 }
 

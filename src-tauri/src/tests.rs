@@ -17,11 +17,16 @@ use crate::settings::Settings;
 use crate::state::AppState;
 
 fn fixture() -> PathBuf {
+    fixture_named("tiny")
+}
+
+/// One of the generated test checkpoints: tiny, tiny-optiq, tiny-plmp-bf16.
+fn fixture_named(name: &str) -> PathBuf {
     let dir = match std::env::var_os("GEMMA_FIXTURES") {
         Some(root) => PathBuf::from(root),
         None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/out/fixtures"),
     };
-    dir.join("tiny")
+    dir.join(name)
 }
 
 struct Harness {
@@ -33,13 +38,18 @@ struct Harness {
 
 impl Harness {
     fn new() -> Self {
+        Self::with_hub("http://127.0.0.1:9")
+    }
+
+    /// The app downloading from the hub at `hub_url`.
+    fn with_hub(hub_url: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let data_dir = dir.path().join("data");
         let events = Arc::new(Recorder::default());
         let state = AppState::open(
             DataDir::new(data_dir.clone()),
             HfCache::none(),
-            "http://127.0.0.1:9".into(),
+            hub_url.into(),
             events.clone(),
         )
         .unwrap();
@@ -59,6 +69,26 @@ impl Harness {
             "{state:?}"
         );
         harness
+    }
+
+    /// The app started again on the same data folder, as after a quit.
+    fn restart(self) -> (AppState, Arc<Recorder>, tempfile::TempDir) {
+        let Self {
+            _dir,
+            data_dir,
+            state,
+            ..
+        } = self;
+        drop(state);
+        let events = Arc::new(Recorder::default());
+        let state = AppState::open(
+            DataDir::new(data_dir),
+            HfCache::none(),
+            "http://127.0.0.1:9".into(),
+            events.clone(),
+        )
+        .unwrap();
+        (state, events, _dir)
     }
 
     fn send(&self, text: &str, settings: &Settings) -> Result<Sent, Error> {
@@ -861,4 +891,374 @@ fn a_conversation_that_outgrows_the_context_offers_a_new_chat_not_a_shorter_mess
         "{}",
         error.message
     );
+}
+
+/// The `state` of every model state sent to the UI, in order.
+fn model_states(events: &Recorder) -> Vec<ModelState> {
+    events
+        .all()
+        .into_iter()
+        .filter_map(|e| match e {
+            Recorded::ModelState(s) => Some(s),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn settings_can_switch_to_another_model_which_is_described_and_kept_for_the_next_start() {
+    let h = Harness::with_model();
+    let ModelState::Ready { checkpoint, .. } = h.state.models.state() else {
+        panic!("not ready");
+    };
+    assert_eq!(checkpoint.name, "tiny");
+    assert_eq!(checkpoint.quantization_bits, Some(4));
+    assert_eq!(checkpoint.quantization_mode.as_deref(), Some("affine"));
+    assert!(checkpoint.parameters.is_some_and(|n| n > 1_000_000));
+    assert!(checkpoint.size_bytes > 1_000_000);
+    assert!(checkpoint.vision && checkpoint.audio);
+
+    let other = fixture_named("tiny-plmp-bf16");
+    let state = h.state.models.choose(&other).unwrap();
+    let ModelState::Ready {
+        name,
+        dir,
+        context_window,
+        checkpoint,
+        ..
+    } = &state
+    else {
+        panic!("{state:?}");
+    };
+    assert_eq!(name, "tiny-plmp-bf16");
+    assert_eq!(dir, &other.display().to_string());
+    assert_eq!(*context_window, 131_072);
+    assert!(!checkpoint.audio, "this checkpoint has no audio tower");
+    assert_eq!(&h.state.models.state(), &state);
+
+    // The new model answers.
+    let sent = h.send("Hello there", &short()).unwrap();
+    let events = h.finish(sent.generation_id);
+    assert!(
+        matches!(events.last(), Some(GenerationEvent::Done { .. })),
+        "{events:?}"
+    );
+
+    let (state, _, _dir) = h.restart();
+    state.models.load_at_startup();
+    let ModelState::Ready { name, .. } = state.models.state() else {
+        panic!("{:?}", state.models.state());
+    };
+    assert_eq!(name, "tiny-plmp-bf16");
+}
+
+#[test]
+fn switching_models_while_an_answer_streams_stops_it_first_and_keeps_it() {
+    let h = Harness::with_model();
+    let sent = h.send("Tell me a long story", &long()).unwrap();
+    while h.generation_events(sent.generation_id).len() < 3 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+
+    let state = h.state.models.choose(&fixture_named("tiny-optiq")).unwrap();
+
+    assert!(matches!(state, ModelState::Ready { ref name, .. } if name == "tiny-optiq"));
+    let events = h.finish(sent.generation_id);
+    let Some(GenerationEvent::Done { usage, .. }) = events.last() else {
+        panic!("{events:?}");
+    };
+    // Random weights may end a story early; a long one ends because of the switch.
+    if usage.stop_reason == StopReason::Cancelled {
+        let answer = h
+            .state
+            .store
+            .get_conversation(&sent.conversation.id)
+            .unwrap()
+            .messages[1]
+            .clone();
+        assert_eq!(answer.status, MessageStatus::Stopped);
+        assert_eq!(answer.text, streamed_text(&events));
+    }
+    assert!(!h.state.chat.is_busy());
+    // The same chat goes on with the new model.
+    let next = h
+        .send_to(Some(&sent.conversation.id), "And then?", &short())
+        .unwrap();
+    assert!(matches!(
+        h.finish(next.generation_id).last(),
+        Some(GenerationEvent::Done { .. })
+    ));
+}
+
+#[test]
+fn forgetting_the_model_unloads_it_and_the_next_start_shows_the_picker() {
+    let h = Harness::with_model();
+
+    assert_eq!(h.state.models.forget().unwrap(), ModelState::None);
+
+    assert_eq!(h.state.models.state(), ModelState::None);
+    let err = h.send("Hello", &short()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoModel);
+    let (state, events, _dir) = h.restart();
+    state.models.load_at_startup();
+    assert_eq!(state.models.state(), ModelState::None);
+    assert!(model_states(&events).is_empty(), "nothing was loaded");
+}
+
+#[test]
+fn a_last_used_model_whose_folder_is_gone_is_named_at_start() {
+    let h = Harness::new();
+    let copy = h.data_dir.join("elsewhere").join("my-gemma");
+    std::fs::create_dir_all(&copy).unwrap();
+    for entry in std::fs::read_dir(fixture()).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
+    }
+    h.state.models.choose(&copy).unwrap();
+    // Another model is on disk, but the one the user chose is named, not silently replaced.
+    let models_dir = h.data_dir.join("models");
+    std::os::unix::fs::symlink(fixture(), models_dir.join("tiny")).unwrap();
+    std::fs::remove_dir_all(&copy).unwrap();
+
+    let (state, events, _dir) = h.restart();
+    state.models.load_at_startup();
+
+    let expected = ModelState::Failed {
+        dir: Some(copy.display().to_string()),
+        message: format!("my-gemma at {} is gone: choose another", copy.display()),
+    };
+    assert_eq!(state.models.state(), expected);
+    assert_eq!(model_states(&events), [expected]);
+}
+
+#[test]
+fn a_hugging_face_cache_folder_can_be_chosen_as_it_is() {
+    let h = Harness::new();
+    let repo = h
+        .data_dir
+        .join("hub")
+        .join("models--mlx-community--gemma-4-e4b-it-4bit");
+    let snapshot = repo.join("snapshots").join("0123abcd");
+    std::fs::create_dir_all(&snapshot).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs").join("main"), "0123abcd").unwrap();
+    for entry in std::fs::read_dir(fixture()).unwrap() {
+        let entry = entry.unwrap();
+        std::os::unix::fs::symlink(entry.path(), snapshot.join(entry.file_name())).unwrap();
+    }
+
+    let state = h.state.models.choose(&repo).unwrap();
+
+    let ModelState::Ready { name, dir, .. } = state else {
+        panic!("{state:?}");
+    };
+    assert_eq!(name, "mlx-community/gemma-4-e4b-it-4bit");
+    assert_eq!(dir, snapshot.display().to_string());
+}
+
+#[test]
+fn a_model_of_another_architecture_is_refused_in_words_and_the_loaded_one_stays() {
+    let h = Harness::with_model();
+    let llama = h.data_dir.join("llama-3");
+    std::fs::create_dir_all(&llama).unwrap();
+    std::fs::write(llama.join("config.json"), r#"{"model_type": "llama"}"#).unwrap();
+
+    let err = h.state.models.choose(&llama).unwrap_err();
+
+    assert_eq!(err.kind(), ErrorKind::ModelInvalid);
+    assert!(
+        err.to_string().ends_with(
+            r#"This is a Llama model (model_type "llama"); Gemma Desk runs Gemma 4 E4B"#
+        ),
+        "{err}"
+    );
+    assert!(matches!(h.state.models.state(), ModelState::Ready { ref name, .. } if name == "tiny"));
+}
+
+#[test]
+fn only_the_offered_checkpoints_can_be_downloaded() {
+    let h = Harness::new();
+    let err = h
+        .state
+        .models
+        .start_download(Some("someone/not-gemma"))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert_eq!(
+        err.to_string(),
+        r#""someone/not-gemma" is not one of the models Gemma Desk downloads"#
+    );
+    assert_eq!(h.state.models.state(), ModelState::None);
+}
+
+#[test]
+fn an_image_pasted_from_the_clipboard_is_attached_like_a_dropped_png() {
+    use crate::clipboard::{attach, ClipboardImage};
+    let h = Harness::new();
+    let rgba: Vec<u8> = (0..64 * 48u32)
+        .flat_map(|i| [(i % 251) as u8, (i / 64) as u8, 200, 255])
+        .collect();
+
+    let pending = attach(
+        &h.state.attachments,
+        ClipboardImage {
+            width: 64,
+            height: 48,
+            rgba,
+        },
+    )
+    .unwrap();
+
+    assert_eq!(pending.name, "pasted image.png");
+    assert_eq!(pending.mime, "image/png");
+    assert_eq!((pending.width, pending.height), (64, 48));
+    assert!(pending.thumbnail.starts_with("data:image/png;base64,"));
+    // Sent like any attachment: the model sees it and the message keeps it.
+    h.state.models.choose(&fixture()).unwrap();
+    let sent = h
+        .state
+        .chat
+        .send(
+            SendRequest {
+                conversation_id: None,
+                text: "What is this?".into(),
+                attachment_ids: vec![pending.id.clone()],
+            },
+            &short(),
+        )
+        .unwrap();
+    h.finish(sent.generation_id);
+    let saved = h
+        .state
+        .store
+        .get_conversation(&sent.conversation.id)
+        .unwrap();
+    assert_eq!(saved.messages[0].attachments.len(), 1);
+
+    let err = attach(
+        &h.state.attachments,
+        ClipboardImage {
+            width: 64,
+            height: 48,
+            rgba: vec![0; 10],
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert_eq!(
+        err.to_string(),
+        "the clipboard's image is damaged (64 × 48 pixels in 10 bytes)"
+    );
+}
+
+/// A hub on 127.0.0.1 laid out as huggingface.co is (`/api/models/{repo}/tree/main`,
+/// `/{repo}/resolve/main/{file}`), serving the files of `dir` as `repo`. Returns its address.
+fn serve_hub(repo: &str, dir: &std::path::Path) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            (name, std::fs::read(e.path()).unwrap())
+        })
+        .collect();
+    let listing = serde_json::to_vec(
+        &files
+            .iter()
+            .map(|(path, bytes)| serde_json::json!({"type": "file", "path": path, "size": bytes.len()}))
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let (tree, resolve) = (
+        format!("/api/models/{repo}/tree/main"),
+        format!("/{repo}/resolve/main/"),
+    );
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut request = String::new();
+            let mut reader = BufReader::new(&stream);
+            let _ = reader.read_line(&mut request);
+            let mut header = String::new();
+            while reader.read_line(&mut header).is_ok_and(|n| n > 2) {
+                header.clear();
+            }
+            let path = request.split(' ').nth(1).unwrap_or_default();
+            let body = if path.starts_with(&tree) {
+                Some(listing.as_slice())
+            } else {
+                path.strip_prefix(&resolve)
+                    .and_then(|name| files.iter().find(|(f, _)| f == name))
+                    .map(|(_, bytes)| bytes.as_slice())
+            };
+            let _ = match body {
+                Some(body) => write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                )
+                .and_then(|()| stream.write_all(body)),
+                None => write!(
+                    stream,
+                    "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                ),
+            };
+        }
+    });
+    base
+}
+
+#[test]
+fn settings_can_download_another_build_which_then_replaces_the_model_in_use() {
+    let repo = "mlx-community/gemma-4-e4b-it-8bit";
+    let h = Harness::with_hub(&serve_hub(repo, &fixture_named("tiny-plmp-bf16")));
+    h.state.models.choose(&fixture()).unwrap();
+
+    h.state.models.start_download(Some(repo)).unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let ready = loop {
+        match h.state.models.state() {
+            ready @ ModelState::Ready { .. } if !matches!(&ready, ModelState::Ready { name, .. } if name == "tiny") => {
+                break ready
+            }
+            ModelState::Failed { message, .. } => panic!("the download failed: {message}"),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "the download did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let ModelState::Ready { name, dir, .. } = ready else {
+        unreachable!()
+    };
+    assert_eq!(name, repo);
+    let folder = h.data_dir.join("models").join("gemma-4-e4b-it-8bit");
+    assert_eq!(dir, folder.display().to_string());
+    let total: u64 = std::fs::read_dir(fixture_named("tiny-plmp-bf16"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    let progress: Vec<u64> = model_states(&h.events)
+        .into_iter()
+        .filter_map(|s| match s {
+            ModelState::Downloading { progress } => Some(progress.bytes_total),
+            _ => None,
+        })
+        .collect();
+    assert!(!progress.is_empty(), "no progress was shown");
+    assert!(
+        progress.iter().all(|&t| t == total),
+        "{progress:?} of {total}"
+    );
+    // The downloaded model answers, and is the one loaded at the next start.
+    let sent = h.send("Hello there", &short()).unwrap();
+    assert!(matches!(
+        h.finish(sent.generation_id).last(),
+        Some(GenerationEvent::Done { .. })
+    ));
+    let (state, _, _dir) = h.restart();
+    state.models.load_at_startup();
+    assert!(matches!(state.models.state(), ModelState::Ready { name, .. } if name == repo));
 }

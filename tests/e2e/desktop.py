@@ -140,7 +140,9 @@ class Desktop:
             self.keys("alt+Home")
             self.keys("ctrl+l")
             self.keys("ctrl+a")
-            self.type(str(folder))
+            # The trailing slash ends the name: GTK's inline completion, late on a loaded
+            # machine, cannot stretch `tiny` into a sibling such as `tiny-optiq/`.
+            self.type(str(folder).rstrip("/") + "/")
             if attempt == 0:
                 before_accept()
             self.keys("Return")

@@ -16,9 +16,18 @@
     imported back (native open dialog) with every message and its image; importing it again
     adds nothing.
  9. Search finds the conversation by a word of its first message.
+    An image put on the X clipboard (xclip, as image/png) and pasted with Ctrl+V shows as a
+    pending thumbnail (WebKitGTK hands the page no file: the app reads the clipboard itself); a
+    paste of neither text nor image says so.
+    Settings → Model shows the model in use (folder, weights, towers) and Choose Folder… there
+    switches to another checkpoint, which answers; Forget goes back to the model picker, where a
+    snapshot in a Hugging Face cache loads under its repository's name; deleted while the app is
+    closed, that model is named at the next start ("… is gone: choose another").
  10. A conversation of hostile markdown (written into the chats database while the app is closed,
     so it reaches the page like any stored answer) renders inert: nothing runs, loads or navigates,
     and a link in it only asks before opening in the browser.
+    A second launch on the same data folder exits at once, asking the running one to show its
+    window, which stays as it was.
 11. Every run of the webview loaded nothing but the bundled app (checked before each restart too).
 12. From the window: the CSP blocks inline script, eval and remote loads; commands outside the
     capability are refused; scripts cannot navigate the webview away or open another window.
@@ -37,6 +46,7 @@ import argparse
 import re
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,7 +58,7 @@ from typing import Callable, TypeVar
 import security
 from desktop import Desktop, Rect
 from harness import APP_TITLE, AppRun, Driver, Steps, TestFailure, check, isolated_env, wait_for
-from webdriver import KEY_ENTER, KEY_ESCAPE, Session, WebDriverError
+from webdriver import ELEMENT_KEY, KEY_ENTER, KEY_ESCAPE, Session, WebDriverError
 
 T = TypeVar("T")
 
@@ -72,6 +82,18 @@ LONG_ANSWER = 4096
 START_TIMEOUT = 90
 MODEL_TIMEOUT = 120
 ANSWER_TIMEOUT = 180
+
+
+# Gives up the CLIPBOARD selection, whoever owns it (X allows any client to set no owner).
+CLEAR_CLIPBOARD = """
+import gi
+gi.require_version("Gdk", "3.0")
+from gi.repository import Gdk
+Gdk.init([])
+clipboard = Gdk.atom_intern("CLIPBOARD", False)
+Gdk.selection_owner_set(None, clipboard, Gdk.CURRENT_TIME, True)
+Gdk.Display.get_default().flush()
+"""
 
 
 def testid(name: str) -> str:
@@ -160,6 +182,8 @@ class Window:
         for key, value in values.items():
             field = self.s.find(testid(f"setting-{key}"), root=dialog)
             check(field is not None, f"the settings dialog has no field {key!r}")
+            # As a user scrolls: the field to the middle, clear of the sticky Save bar.
+            self.s.execute("arguments[0].scrollIntoView({block: 'center'})", {ELEMENT_KEY: field})
             if self.s.property(field, "tagName") == "SELECT":
                 option = self.s.find(f'option[value="{value}"]', root=field)
                 check(option is not None, f"setting {key!r} offers no choice {value!r}")
@@ -596,6 +620,115 @@ class Scenario:
             steps.shot("search")
             s.click(s.find(".item-button", root=hits[0]))
             wait_same("the conversation opened from the search hit", win.messages, history, 15)
+
+        with steps.step("an image pasted from the clipboard is attached; a paste of nothing says so"):
+            win.click(testid("new-chat"), "the New Chat button")
+            composer = win.need(testid("composer"), "the message field")
+            subprocess.run(
+                ["xclip", "-selection", "clipboard", "-t", "image/png", "-i", str(self.image)],
+                env=self.env, check=True, timeout=10,
+            )
+            s.click(composer)
+            self.desktop.focus(self.run.window)
+            self.desktop.keys("ctrl+v")
+            pending = win.need(f'{testid("pending-attachment")} img', "the pasted image's thumbnail", timeout=30)
+            wait_for("the pasted thumbnail to show a picture", lambda: win.image_loaded(pending), 15)
+            alt = s.attribute(pending, "alt")
+            check(alt == "pasted image.png", f"the pasted thumbnail is labelled {alt!r}")
+            steps.shot("pasted-image")
+            # An empty clipboard: nobody owns the CLIPBOARD selection any more.
+            subprocess.run([self.args.gtk_python, "-c", CLEAR_CLIPBOARD], env=self.env, check=True, timeout=10)
+            s.click(composer)
+            self.desktop.keys("ctrl+v")
+            toast = win.need(".toast", "a note that there was nothing to paste", timeout=30)
+            text = s.text(toast)
+            check("Nothing to paste" in text, f"pasting neither text nor image says {text!r}")
+            check(len(s.find_all(testid("pending-attachment"))) == 1, "the empty paste changed the attachments")
+            steps.shot("nothing-to-paste")
+            win.click(f'{testid("pending-attachment")} button', "the pasted image's Remove button")
+
+        with steps.step("Settings → Model shows the model and switches to another checkpoint"):
+            other = model.parent / "tiny-plmp-bf16"
+            check((other / "config.json").is_file(), f"no second fixture checkpoint at {other}")
+            win.set_settings({"maxTokens": str(SHORT_ANSWER)})
+            win.click(testid("settings"), "the Settings button")
+            panel = win.need(testid("model-panel"), "the Model section of Settings")
+
+            def fact(label: str) -> str:
+                element = s.find(f'[data-fact="{label}"]', root=panel)
+                return s.text(element) if element is not None else ""
+
+            wait_same("the model named in Settings", lambda: fact("Name"), model.name, 15)
+            check(fact("Folder") == str(model), f"Settings shows the folder {fact('Folder')!r}, expected {str(model)!r}")
+            check(fact("Weights") == "4-bit (affine)", f"Settings shows the weights as {fact('Weights')!r}")
+            check(fact("Images") == "yes", f"Settings shows images as {fact('Images')!r}")
+            check("million" in fact("Parameters"), f"Settings shows the parameters as {fact('Parameters')!r}")
+            steps.shot("model-settings")
+            win.click(testid("model-choose-folder"), "Choose Folder… in Settings → Model")
+            self.desktop.choose_folder(FOLDER_DIALOG, other, timeout=30, before_accept=lambda: None)
+            wait_same("the new model named in Settings", lambda: fact("Name"), other.name, MODEL_TIMEOUT)
+            check(fact("Audio") == "no", f"the second checkpoint has no audio tower, Settings says {fact('Audio')!r}")
+            steps.shot("model-switched")
+            win.click(testid("settings-cancel"), "Cancel in Settings")
+            win.model_ready(other.name, MODEL_TIMEOUT)
+            win.click(testid("new-chat"), "the New Chat button")
+            win.send(FIRST_MESSAGE)
+            answer, _ = watch_answer(win, set(), ANSWER_TIMEOUT)
+            check(answer.status == "complete", f"the new model's answer ended {answer.status!r}")
+
+        with steps.step("Forget returns to the model picker, where a Hugging Face cache snapshot loads by its repository's name"):
+            win.click(testid("settings"), "the Settings button")
+            win.click(testid("model-forget"), "Forget in Settings → Model")
+            first_run = win.need(testid("first-run"), "the model picker after Forget")
+            check(s.text(s.find("h1", root=first_run)) == WELCOME, "the model picker has another heading after Forget")
+            status = s.text(win.need(testid("model-status"), "the status bar"))
+            check(status == "No model", f"the status bar shows {status!r} after Forget")
+            steps.shot("model-forgotten")
+            repo_id = "mlx-community/gemma-4-e4b-it-4bit"
+            cached = self.home / "elsewhere" / "hub" / f"models--{repo_id.replace('/', '--')}"
+            snapshot = cached / "snapshots" / "0123abcd"
+            snapshot.mkdir(parents=True)
+            (cached / "refs").mkdir()
+            (cached / "refs" / "main").write_text("0123abcd")
+            for file in model.iterdir():
+                (snapshot / file.name).symlink_to(file)
+            win.click(testid("choose-folder"), "the Choose Folder… button")
+            # The snapshot itself: typed into GTK's location field, a folder with subfolders
+            # (`models--…`) opens a completion popup that swallows Enter. Choosing `models--…`
+            # is covered by the app's `a_hugging_face_cache_folder_can_be_chosen_as_it_is`.
+            self.desktop.choose_folder(FOLDER_DIALOG, snapshot, timeout=30, before_accept=lambda: None)
+            win.model_ready(repo_id, MODEL_TIMEOUT)
+            steps.shot("hf-cache-folder")
+
+        with steps.step("a model folder deleted while the app is closed is named at start"):
+            win = self.restart(while_closed=lambda: shutil.rmtree(cached))
+            s = win.s
+            error = win.need(testid("setup-error"), "the reason the model is not loaded", timeout=START_TIMEOUT)
+            expected = f"{repo_id} at {snapshot} is gone: choose another"
+            check(s.text(error) == expected, f"the start screen says {s.text(error)!r}, expected {expected!r}")
+            time.sleep(1)  # WebKit paints asynchronously: let the start screen reach the surface
+            steps.shot("model-gone")
+            win.click(testid("choose-folder"), "the Choose Folder… button")
+            self.desktop.choose_folder(FOLDER_DIALOG, model, timeout=30, before_accept=lambda: None)
+            wait_for("the gone model's message to clear", lambda: win.shown(testid("setup-error")) is None, MODEL_TIMEOUT)
+            win.model_ready(model.name, MODEL_TIMEOUT)
+
+        with steps.step("a second launch on the same data folder shows the running window and exits"):
+            assert self.run is not None
+            before = win.messages()
+            windows_before = self.desktop.windows(APP_TITLE)
+            second = subprocess.run(
+                [str(self.args.app), "--data-dir", str(self.data_dir)],
+                env=self.env, capture_output=True, text=True, timeout=60,
+            )
+            check(second.returncode == 0, f"the second launch exited {second.returncode}: {second.stderr[-500:]!r}")
+            check("already running" in second.stderr, f"the second launch said {second.stderr[-500:]!r}")
+            windows = self.desktop.windows(APP_TITLE)
+            check(windows == windows_before, f"app windows after the second launch: {windows}, before: {windows_before}")
+            check(s.title() == APP_TITLE, "the first window no longer answers")
+            check(win.messages() == before, "the first window changed")
+            win.model_ready(model.name, 15)
+            steps.shot("second-launch")
 
         with steps.step("hostile markdown in a stored conversation renders inert"):
             db = self.data_dir / "chats.sqlite3"

@@ -16,7 +16,7 @@ import {
   type ErrorKind,
   type GenerationEvent,
 } from "./api";
-import { LIMITS } from "./test/backend";
+import { DOWNLOADS, LIMITS } from "./test/backend";
 
 afterEach(() => clearMocks());
 
@@ -26,6 +26,7 @@ const status: AppStatus = {
   platform: "macos",
   model: { state: "none" },
   settingsLimits: LIMITS,
+  downloads: DOWNLOADS,
 };
 
 describe("commands", () => {

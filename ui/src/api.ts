@@ -11,6 +11,7 @@ import type { CommandError } from "./bindings/CommandError";
 import type { ContextNeed } from "./bindings/ContextNeed";
 import type { Conversation } from "./bindings/Conversation";
 import type { ConversationSummary } from "./bindings/ConversationSummary";
+import type { DownloadOption } from "./bindings/DownloadOption";
 import type { DownloadProgress } from "./bindings/DownloadProgress";
 import type { DropEvent } from "./bindings/DropEvent";
 import type { ErrorKind } from "./bindings/ErrorKind";
@@ -19,6 +20,7 @@ import type { ImportReport } from "./bindings/ImportReport";
 import type { Imported } from "./bindings/Imported";
 import type { MemoryUsage } from "./bindings/MemoryUsage";
 import type { Message } from "./bindings/Message";
+import type { ModelCandidate } from "./bindings/ModelCandidate";
 import type { MessageStatus } from "./bindings/MessageStatus";
 import type { ModelState } from "./bindings/ModelState";
 import type { PendingAttachment } from "./bindings/PendingAttachment";
@@ -37,6 +39,7 @@ export type {
   ContextNeed,
   Conversation,
   ConversationSummary,
+  DownloadOption,
   DownloadProgress,
   DropEvent,
   ErrorKind,
@@ -46,6 +49,7 @@ export type {
   MemoryUsage,
   Message,
   MessageStatus,
+  ModelCandidate,
   ModelState,
   PendingAttachment,
   SearchHit,
@@ -93,14 +97,25 @@ export function appStatus(): Promise<AppStatus> {
   return call("app_status");
 }
 
-/** Opens the native folder dialog; resolves with the (possibly unchanged) model state. */
+/**
+ * Opens the native folder dialog; resolves with the (possibly unchanged) model state. A usable
+ * folder replaces the model in use (an answer being written is stopped first and kept).
+ */
 export function chooseModelFolder(): Promise<ModelState> {
   return call("choose_model_folder");
 }
 
-/** Starts downloading the default model; progress arrives through `onModelState`. */
-export function downloadModel(): Promise<void> {
-  return call("download_model");
+/**
+ * Starts downloading one of `AppStatus.downloads` (the default model when `repo` is left out);
+ * progress arrives through `onModelState`.
+ */
+export function downloadModel(repo: string | null = null): Promise<void> {
+  return call("download_model", { repo });
+}
+
+/** Unloads the model and forgets it, back to the model picker. */
+export function forgetModel(): Promise<ModelState> {
+  return call("forget_model");
 }
 
 export function cancelDownload(): Promise<void> {
@@ -216,6 +231,14 @@ export function pickImages(): Promise<PendingAttachment[]> {
 /** Hands pasted image bytes to the backend, which checks and keeps them until sent. */
 export function addPastedImage(bytes: Uint8Array, fileName: string): Promise<PendingAttachment> {
   return call("add_pasted_image", bytes, { headers: { "x-file-name": headerSafe(fileName) } });
+}
+
+/**
+ * Attaches the OS clipboard's image, for a paste the webview gave no file for (WebKitGTK);
+ * resolves with null when the clipboard holds no image.
+ */
+export function pasteClipboardImage(): Promise<PendingAttachment | null> {
+  return call("paste_clipboard_image");
 }
 
 export function removePendingAttachment(id: string): Promise<void> {

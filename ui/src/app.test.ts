@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 
 import type { ModelState, Sent } from "./api";
 import { mountApp, type App } from "./app";
-import { FakeBackend, message, READY, usage } from "./test/backend";
+import { DOWNLOADS, FakeBackend, message, READY, usage } from "./test/backend";
 import { callsOf, emit, handle, resetTauri } from "./test/fake-tauri";
 
 vi.mock("@tauri-apps/api/core", () => import("./test/fake-tauri"));
@@ -897,6 +897,45 @@ describe("attachments", () => {
     expect(call?.options).toEqual({ headers: { "x-file-name": "clip.png" } });
     expect($$("pending-attachment")).toHaveLength(1);
   });
+
+  function paste(data: { files: File[]; text: string }): ClipboardEvent {
+    const event = new Event("paste", { bubbles: true, cancelable: true }) as ClipboardEvent;
+    Object.defineProperty(event, "clipboardData", {
+      value: { files: data.files, getData: (type: string) => (type === "text/plain" ? data.text : "") },
+    });
+    composer().dispatchEvent(event);
+    return event;
+  }
+
+  it("reads the clipboard's image in the backend when the paste brings no file (WebKitGTK)", async () => {
+    handle("paste_clipboard_image", () => image);
+    await mount();
+    const event = paste({ files: [], text: "" });
+    expect(event.defaultPrevented).toBe(true);
+    await settle();
+    expect(callsOf("paste_clipboard_image")).toHaveLength(1);
+    expect($$("pending-attachment")).toHaveLength(1);
+  });
+
+  it("says so when a paste brings neither text nor an image", async () => {
+    handle("paste_clipboard_image", () => null);
+    await mount();
+    paste({ files: [], text: "" });
+    await settle();
+    expect($$("pending-attachment")).toHaveLength(0);
+    expect(root.querySelector(".toast")?.textContent).toContain(
+      "Nothing to paste: the clipboard holds neither text nor an image.",
+    );
+  });
+
+  it("leaves a text paste to the text field and asks the backend for nothing", async () => {
+    handle("paste_clipboard_image", () => image);
+    await mount();
+    const event = paste({ files: [], text: "hello" });
+    expect(event.defaultPrevented).toBe(false);
+    await settle();
+    expect(callsOf("paste_clipboard_image")).toHaveLength(0);
+  });
 });
 
 describe("settings", () => {
@@ -1081,5 +1120,126 @@ describe("several chats", () => {
     await settle();
     expect(composer().value).toBe("for B");
     expect(($("send") as HTMLButtonElement).disabled).toBe(false);
+  });
+});
+
+describe("settings → model", () => {
+  async function openModelSettings(): Promise<HTMLElement> {
+    await mount();
+    click($("settings"));
+    await settle();
+    return $("model-panel") as HTMLElement;
+  }
+
+  function fact(panel: HTMLElement, label: string): string | null | undefined {
+    return panel.querySelector(`[data-fact="${label}"]`)?.textContent;
+  }
+
+  it("describes the loaded model: name, folder, size, weights, parameters, context, towers", async () => {
+    const panel = await openModelSettings();
+    expect(fact(panel, "Name")).toBe("Gemma 4 E4B");
+    expect(fact(panel, "Folder")).toBe("/models/gemma-4-e4b");
+    expect(fact(panel, "Size on disk")).toBe("5.2 GB");
+    expect(fact(panel, "Weights")).toBe("4-bit (affine)");
+    expect(fact(panel, "Parameters")).toBe("7.9 billion");
+    expect(fact(panel, "Context limit")).toBe("8,192 tokens");
+    expect(fact(panel, "Images")).toBe("yes");
+    expect(fact(panel, "Audio")).toBe("in the checkpoint (Gemma Desk does not use it)");
+  });
+
+  it("loads another folder and shows what it is", async () => {
+    if (READY.state !== "ready") throw new Error("READY is ready");
+    const other: ModelState = {
+      ...READY,
+      name: "gemma-4-e4b-it-bf16",
+      dir: "/hf/snapshots/abc",
+      checkpoint: {
+        ...READY.checkpoint,
+        name: "gemma-4-e4b-it-bf16",
+        dir: "/hf/snapshots/abc",
+        quantizationBits: null,
+        quantizationMode: null,
+        parameters: 7_940_000_000,
+        sizeBytes: 15_000_000_000,
+        audio: false,
+      },
+    };
+    handle("choose_model_folder", () => other);
+    const panel = await openModelSettings();
+    click($("model-choose-folder"));
+    await settle();
+    expect(callsOf("choose_model_folder")).toHaveLength(1);
+    expect(fact(panel, "Name")).toBe("gemma-4-e4b-it-bf16");
+    expect(fact(panel, "Weights")).toBe("bfloat16, not quantized");
+    expect(fact(panel, "Size on disk")).toBe("15 GB");
+    expect(fact(panel, "Audio")).toBe("no");
+    expect($("model-status")?.textContent).toBe("gemma-4-e4b-it-bf16");
+  });
+
+  it("shows why a folder was refused, in words, and keeps the model in use", async () => {
+    handle("choose_model_folder", () => {
+      throw {
+        kind: "modelInvalid",
+        message: '/m/llama: This is a Llama model (model_type "llama"); Gemma Desk runs Gemma 4 E4B',
+      };
+    });
+    const panel = await openModelSettings();
+    click($("model-choose-folder"));
+    await settle();
+    expect($("model-error")?.getAttribute("role")).toBe("alert");
+    expect($("model-error")?.textContent).toBe(
+      '/m/llama: This is a Llama model (model_type "llama"); Gemma Desk runs Gemma 4 E4B',
+    );
+    expect(fact(panel, "Name")).toBe("Gemma 4 E4B");
+  });
+
+  it("downloads the checkpoint picked from those offered, with progress and cancel", async () => {
+    handle("download_model", () => undefined);
+    handle("cancel_download", () => undefined);
+    const panel = await openModelSettings();
+    const choice = $("model-download-choice") as HTMLSelectElement;
+    expect([...choice.options].map((o) => o.textContent)).toEqual(DOWNLOADS.map((d) => d.label));
+    choice.value = "mlx-community/gemma-4-e4b-it-8bit";
+    click($("model-download"));
+    await settle();
+    expect(callsOf("download_model").at(-1)?.args).toEqual({ repo: "mlx-community/gemma-4-e4b-it-8bit" });
+    emit("model-state", {
+      state: "downloading",
+      progress: {
+        file: "model.safetensors",
+        filesDone: 0,
+        filesTotal: 3,
+        bytesDone: 2_000_000_000,
+        bytesTotal: 8_000_000_000,
+        bytesPerSecond: 50_000_000,
+        etaSeconds: 120,
+      },
+    });
+    expect($("model-panel-status")?.textContent).toContain("2.0 GB of 8.0 GB (25%)");
+    click($("model-cancel-download"));
+    await settle();
+    expect(callsOf("cancel_download")).toHaveLength(1);
+    emit("model-state", READY);
+    expect(fact(panel, "Name")).toBe("Gemma 4 E4B");
+  });
+
+  it("forgets the model and goes back to the model picker", async () => {
+    handle("forget_model", () => ({ state: "none" }));
+    await openModelSettings();
+    click($("model-forget"));
+    await settle();
+    expect(callsOf("forget_model")).toHaveLength(1);
+    expect(($("settings-dialog") as HTMLDialogElement).open).toBe(false);
+    expect($("first-run")).not.toBeNull();
+    expect($("download")).not.toBeNull();
+  });
+
+  it("says that switching stops the answer being written", async () => {
+    await mount();
+    await sendText("Tell me a story");
+    backend.delta(backend.lastSent, "Once", 1);
+    click($("settings"));
+    await settle();
+    expect($("model-panel")?.textContent).toContain("Switching stops the answer being written; what it wrote is kept.");
   });
 });

@@ -29,6 +29,7 @@ import { FrameScheduler, Generations, type LiveGeneration } from "./stream";
 import { ChatView } from "./views/chat";
 import { Composer } from "./views/composer";
 import { confirmDialog } from "./views/dialogs";
+import { ModelPanel } from "./views/model-settings";
 import { SettingsDialog } from "./views/settings";
 import { setupView } from "./views/setup";
 import { Sidebar } from "./views/sidebar";
@@ -96,6 +97,7 @@ export class App {
       stop: () => void this.stop(),
       attach: () => void this.pickImages(),
       pasteImages: (files) => void this.pasteImages(files),
+      pasteFromClipboard: () => void this.pasteFromClipboard(),
       removeAttachment: (attachment) => this.removeAttachment(attachment),
     });
     this.chat = new ChatView(
@@ -121,12 +123,24 @@ export class App {
         copyConversation: () => void this.copyConversation(),
       },
     );
+    const modelPanel = new ModelPanel(
+      this.state.model,
+      () => this.state.status.get()?.downloads ?? [],
+      () => this.generations.current() !== undefined,
+      {
+        chooseFolder: async () => this.applyModelState(await api.chooseModelFolder()),
+        download: (repo) => api.downloadModel(repo),
+        cancelDownload: () => api.cancelDownload(),
+        forget: () => this.forgetModel(),
+      },
+    );
     this.settingsDialog = new SettingsDialog(
       {
         load: () => api.getSettings(),
         save: (settings) => this.saveSettings(settings),
       },
       this.state.settingsLimits,
+      modelPanel,
     );
     this.followState();
   }
@@ -340,6 +354,13 @@ export class App {
     } finally {
       this.state.setup.patch({ busy: false });
     }
+  }
+
+  /** Unloads the model and goes back to the model picker, on a new chat. */
+  private async forgetModel(): Promise<void> {
+    this.applyModelState(await api.forgetModel());
+    this.settingsDialog.close();
+    this.newChat();
   }
 
   private async download(): Promise<void> {
@@ -805,6 +826,17 @@ export class App {
       } catch (error) {
         this.toasts.show(`Could not paste the image: ${errorMessage(error)}`);
       }
+    }
+  }
+
+  /** A paste the webview gave no file or text for: the image on the OS clipboard, if any. */
+  private async pasteFromClipboard(): Promise<void> {
+    try {
+      const attachment = await api.pasteClipboardImage();
+      if (attachment) this.addAttachments([attachment]);
+      else this.toasts.show("Nothing to paste: the clipboard holds neither text nor an image.");
+    } catch (error) {
+      this.toasts.show(`Could not paste the image: ${errorMessage(error)}`);
     }
   }
 

@@ -20,4 +20,29 @@ sizeBytes: number,
 /**
  * Bits of the default weight quantization, if the weights are quantized.
  */
-quantizationBits: number | null, };
+quantizationBits: number | null, 
+/**
+ * How the weights are quantized (`affine`, `mxfp4`, …), if they are.
+ */
+quantizationMode: string | null, 
+/**
+ * The type of the unquantized weights, as the config says (`bfloat16`, …).
+ */
+dtype: string | null, 
+/**
+ * Parameters in the weight files (quantized matrices counted unpacked), if their headers
+ * can be read.
+ */
+parameters: number | null, 
+/**
+ * The most positions the model supports, as its config says.
+ */
+contextLength: number | null, 
+/**
+ * The checkpoint has a vision tower.
+ */
+vision: boolean, 
+/**
+ * The checkpoint has an audio tower (Gemma Desk does not use it).
+ */
+audio: boolean, };

@@ -21,7 +21,29 @@ export const READY: ModelState = {
   dir: "/models/gemma-4-e4b",
   contextWindow: 8192,
   vision: true,
+  checkpoint: {
+    dir: "/models/gemma-4-e4b",
+    name: "Gemma 4 E4B",
+    source: "appFolder",
+    sizeBytes: 5_220_000_000,
+    quantizationBits: 4,
+    quantizationMode: "affine",
+    dtype: "bfloat16",
+    parameters: 7_940_000_000,
+    contextLength: 131_072,
+    vision: true,
+    audio: true,
+  },
 };
+
+/** The downloads the backend offers (`DOWNLOADS` in src-tauri/src/model_setup.rs). */
+export const DOWNLOADS = [
+  { repo: "mlx-community/gemma-4-e4b-it-4bit", label: "Gemma 4 E4B, 4-bit (~5 GB)" },
+  {
+    repo: "mlx-community/gemma-4-e4b-it-8bit",
+    label: "Gemma 4 E4B, 8-bit (larger and slower, closer to the original)",
+  },
+];
 
 /** The limits the backend sends (`SettingsLimits::default` in src-tauri/src/settings.rs). */
 export const LIMITS: SettingsLimits = {
@@ -78,6 +100,7 @@ export class FakeBackend {
     platform: "macos",
     model: READY,
     settingsLimits: LIMITS,
+    downloads: DOWNLOADS,
   };
   settings: Settings = { ...SETTINGS };
   conversations = new Map<string, Conversation>();

@@ -6,7 +6,14 @@ let handlers: { [K in keyof ComposerHandlers]: ReturnType<typeof vi.fn> };
 let composer: Composer;
 
 beforeEach(() => {
-  handlers = { send: vi.fn(), stop: vi.fn(), attach: vi.fn(), pasteImages: vi.fn(), removeAttachment: vi.fn() };
+  handlers = {
+    send: vi.fn(),
+    stop: vi.fn(),
+    attach: vi.fn(),
+    pasteImages: vi.fn(),
+    pasteFromClipboard: vi.fn(),
+    removeAttachment: vi.fn(),
+  };
   composer = new Composer(handlers as unknown as ComposerHandlers);
   document.body.replaceChildren(composer.element);
   composer.setState({ generating: false, blockedReason: null, vision: true });

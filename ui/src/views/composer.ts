@@ -9,6 +9,8 @@ export interface ComposerHandlers {
   stop(): void;
   attach(): void;
   pasteImages(files: File[]): void;
+  /** A paste that brought neither text nor a file: the backend reads the OS clipboard. */
+  pasteFromClipboard(): void;
   removeAttachment(attachment: PendingAttachment): void;
 }
 
@@ -146,10 +148,17 @@ export class Composer {
   }
 
   private onPaste(event: ClipboardEvent): void {
-    const files = [...(event.clipboardData?.files ?? [])].filter((file) => file.type.startsWith("image/"));
-    if (files.length === 0) return;
+    const data = event.clipboardData;
+    const files = [...(data?.files ?? [])].filter((file) => file.type.startsWith("image/"));
+    if (files.length > 0) {
+      event.preventDefault();
+      this.handlers.pasteImages(files);
+      return;
+    }
+    // Text pastes as usual. WebKitGTK gives a pasted image neither as a file nor as text.
+    if ((data?.getData("text/plain") ?? "") !== "") return;
     event.preventDefault();
-    this.handlers.pasteImages(files);
+    this.handlers.pasteFromClipboard();
   }
 
   private autosize(): void {

@@ -105,6 +105,8 @@ export class SettingsDialog {
   constructor(
     private readonly handlers: SettingsDialogHandlers,
     private readonly limits: Value<SettingsLimits | null>,
+    /** Shown above the generation settings (Settings → Model). */
+    private readonly modelPanel: { element: HTMLElement; refresh(): void } | null = null,
   ) {
     const cancel = el("button", { type: "button", "data-testid": "settings-cancel" }, "Cancel");
     cancel.addEventListener("click", () => this.close());
@@ -126,6 +128,7 @@ export class SettingsDialog {
       "dialog",
       { class: "settings-dialog", "data-testid": "settings-dialog", "aria-labelledby": "settings-title" },
       el("h1", { id: "settings-title" }, "Settings"),
+      this.modelPanel?.element ?? "",
       this.form,
     );
     this.element.addEventListener("close", () => this.opener?.focus());
@@ -142,6 +145,7 @@ export class SettingsDialog {
     this.opener = document.activeElement instanceof HTMLElement ? document.activeElement : null;
     this.showError(null);
     this.clearFieldErrors();
+    this.modelPanel?.refresh();
     this.saveButton.disabled = true;
     this.element.showModal();
     try {

@@ -305,6 +305,9 @@ enum Command {
         options: LoadOptions,
         reply: Sender<Result<ModelInfo, EngineError>>,
     },
+    Unload {
+        reply: Sender<()>,
+    },
     Generate {
         id: u64,
         request: ChatRequest,
@@ -389,7 +392,10 @@ impl Engine {
     }
 
     /// Loads a model folder (blocking until loaded or failed), replacing any loaded one.
+    /// Generations queued or running are stopped first: they end as cancelled, with what they
+    /// wrote, before the load begins.
     pub fn load(&self, dir: &Path, options: LoadOptions) -> Result<ModelInfo, EngineError> {
+        self.cancel_all();
         let (reply, answer) = channel();
         self.queue.sending();
         self.commands
@@ -415,6 +421,26 @@ impl Engine {
             })
             .map_err(|_| EngineError::Stopped)?;
         answer.recv().map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Lets go of the loaded model (blocking until it is gone), stopping generations first as
+    /// [`Engine::load`] does. Requests after it fail with [`EngineError::NoModel`].
+    pub fn unload(&self) -> Result<(), EngineError> {
+        self.cancel_all();
+        let (reply, answer) = channel();
+        self.queue.sending();
+        self.commands
+            .send(Command::Unload { reply })
+            .map_err(|_| EngineError::Stopped)?;
+        answer.recv().map_err(|_| EngineError::Stopped)
+    }
+
+    fn cancel_all(&self) {
+        if let Ok(running) = self.running.lock() {
+            running
+                .values()
+                .for_each(|f| f.store(true, Ordering::Relaxed));
+        }
     }
 
     /// Queues a generation; events arrive through `events` on the engine thread. Returns its id.
@@ -475,11 +501,7 @@ impl Canceller {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        if let Ok(running) = self.running.lock() {
-            running
-                .values()
-                .for_each(|f| f.store(true, Ordering::Relaxed));
-        }
+        self.cancel_all();
         self.queue.sending();
         let _ = self.commands.send(Command::Shutdown);
         if let Some(thread) = self.thread.take() {
@@ -554,6 +576,11 @@ fn run(
                         eprintln!("warm-up with the drafter failed: {e}");
                     }
                 }
+            }
+            Command::Unload { reply } => {
+                session = None;
+                loaded = None;
+                let _ = reply.send(());
             }
             Command::Generate {
                 id,

@@ -207,6 +207,63 @@ fn the_engine_thread_streams_and_stops_when_cancelled() {
     );
 }
 
+/// A request no end-of-turn can end: only a cancel does, or, should that fail, 2,000 tokens
+/// (so a missing cancel shows as `MaxTokens`, not as a test that runs for hours).
+fn endless_request() -> ChatRequest {
+    ChatRequest {
+        conversation: "c1".into(),
+        messages: vec![Message::text(Role::User, "Write forever.")],
+        images: Vec::new(),
+        thinking: false,
+        options: GenerateOptions {
+            sampler: SamplerConfig::greedy(),
+            max_tokens: 2_000,
+            ..GenerateOptions::default()
+        },
+    }
+}
+
+#[test]
+fn switching_models_stops_the_running_answer_and_unloading_leaves_none() {
+    let engine = Engine::spawn();
+    engine.load(&fixture(), LoadOptions::default()).unwrap();
+    let (tx, rx) = channel();
+    let id = engine
+        .generate(endless_request(), move |e| drop(tx.send(e)))
+        .unwrap();
+    match rx.recv_timeout(Duration::from_secs(60)).expect("no token") {
+        Event::Delta { generation_id, .. } => assert_eq!(generation_id, id),
+        other => panic!("{other:?}"),
+    }
+
+    // Another load (the same folder will do) ends the answer first, as cancelled.
+    engine.load(&fixture(), LoadOptions::default()).unwrap();
+    let usage = loop {
+        match rx
+            .try_recv()
+            .expect("the answer did not end before the load")
+        {
+            Event::Delta { .. } => {}
+            Event::Done { usage, .. } => break usage,
+            Event::Error { error, .. } => panic!("{error}"),
+        }
+    };
+    assert_eq!(usage.stop_reason, StopReason::Cancelled);
+
+    engine.unload().unwrap();
+    let (tx, rx) = channel();
+    engine
+        .generate(endless_request(), move |e| drop(tx.send(e)))
+        .unwrap();
+    match rx.recv_timeout(Duration::from_secs(60)).expect("no answer") {
+        Event::Error {
+            error: EngineError::NoModel,
+            ..
+        } => {}
+        other => panic!("after unloading: {other:?}"),
+    }
+}
+
 fn test_image() -> std::sync::Arc<engine::image::Preprocessed> {
     let img = image::RgbImage::from_fn(200, 130, |x, y| {
         image::Rgb([(x % 256) as u8, (y * 2 % 256) as u8, ((x + y) % 256) as u8])

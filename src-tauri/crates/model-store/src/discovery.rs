@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::hf_cache::HfCache;
+use super::details;
+use super::hf_cache::{self, HfCache};
 
 /// Where a model folder was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -40,6 +41,20 @@ pub struct ModelCandidate {
     pub size_bytes: u64,
     /// Bits of the default weight quantization, if the weights are quantized.
     pub quantization_bits: Option<u32>,
+    /// How the weights are quantized (`affine`, `mxfp4`, …), if they are.
+    pub quantization_mode: Option<String>,
+    /// The type of the unquantized weights, as the config says (`bfloat16`, …).
+    pub dtype: Option<String>,
+    /// Parameters in the weight files (quantized matrices counted unpacked), if their headers
+    /// can be read.
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub parameters: Option<u64>,
+    /// The most positions the model supports, as its config says.
+    pub context_length: Option<u32>,
+    /// The checkpoint has a vision tower.
+    pub vision: bool,
+    /// The checkpoint has an audio tower (Gemma Desk does not use it).
+    pub audio: bool,
 }
 
 /// Why a folder is not a Gemma 4 checkpoint, in words a user can act on.
@@ -57,8 +72,15 @@ pub enum FolderError {
     InvalidConfig(String),
     #[error("config.json does not say which model this is (it has no model_type)")]
     NoModelType,
-    #[error("this is a {0} model, not Gemma 4")]
+    #[error("{}", other_architecture(.0))]
     NotGemma4(String),
+    #[error("This is Gemma 4 {size} ({reason}); Gemma Desk runs Gemma 4 E4B")]
+    OtherGemma4Size {
+        size: &'static str,
+        reason: &'static str,
+    },
+    #[error("this Hugging Face cache folder holds no downloaded snapshot")]
+    NoSnapshot,
     #[error("this folder has no tokenizer.json")]
     NoTokenizer,
     #[error("this folder has no .safetensors weights")]
@@ -85,13 +107,34 @@ pub fn discover(models_dir: &Path, hf_cache: &HfCache) -> Vec<ModelCandidate> {
     found
 }
 
-/// Checks a folder the user picked; the error says what is missing.
+/// Checks a folder the user picked; the error says what is missing. A Hugging Face cache
+/// folder (`models--org--name`, or its `snapshots/`) stands for its snapshot: the one
+/// `refs/main` names, else the newest usable one.
 pub fn check_folder(dir: &Path) -> Result<ModelCandidate, FolderError> {
-    let name = dir
-        .file_name()
+    if let Some(repo) = hf_cache::repo_of_folder(dir) {
+        let mut first_error = None;
+        for snapshot in repo.snapshots {
+            match inspect(&snapshot, repo.id.clone(), ModelSource::UserFolder) {
+                Ok(candidate) => return Ok(candidate),
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        return Err(first_error.unwrap_or(FolderError::NoSnapshot));
+    }
+    inspect(dir, display_name(dir), ModelSource::UserFolder)
+}
+
+/// The name to show for a model folder: the repository id for a snapshot of the Hugging Face
+/// cache, else the folder's own name.
+pub fn display_name(dir: &Path) -> String {
+    if let Some(id) = hf_cache::repo_of_snapshot(dir) {
+        return id;
+    }
+    dir.file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| dir.display().to_string());
-    inspect(dir, name, ModelSource::UserFolder)
+        .unwrap_or_else(|| dir.display().to_string())
 }
 
 /// Subfolders of the app's models folder, by name; hidden ones (e.g. `.downloads`) are skipped.
@@ -135,9 +178,10 @@ fn inspect(dir: &Path, name: String, source: ModelSource) -> Result<ModelCandida
         serde_json::from_str(&text).map_err(|e| FolderError::InvalidConfig(e.to_string()))?;
     match config.get("model_type").and_then(|t| t.as_str()) {
         Some(GEMMA4) => {}
-        Some(other) => return Err(FolderError::NotGemma4(other.to_string())),
+        Some(other) => return Err(FolderError::NotGemma4(details::short_text(other))),
         None => return Err(FolderError::NoModelType),
     }
+    check_size(&config)?;
     if !dir.join("tokenizer.json").is_file() {
         return Err(FolderError::NoTokenizer);
     }
@@ -153,7 +197,69 @@ fn inspect(dir: &Path, name: String, source: ModelSource) -> Result<ModelCandida
         source,
         size_bytes,
         quantization_bits: quantization_bits(&config),
+        quantization_mode: details::quantization_mode(&config),
+        dtype: details::dtype(&config),
+        parameters: details::parameter_count(&weights, &config),
+        context_length: details::context_length(&config),
+        vision: details::has_tower(&config, "vision_config"),
+        audio: details::has_tower(&config, "audio_config"),
     })
+}
+
+/// Refuses the Gemma 4 sizes whose config marks them as not E4B: the mixture-of-experts 26B A4B
+/// and the 31B (keys shared with values in full attention); E2B and E4B share one layout.
+fn check_size(config: &serde_json::Value) -> Result<(), FolderError> {
+    let text = config.get("text_config");
+    let flag = |key: &str| {
+        text.and_then(|t| t.get(key))
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false)
+    };
+    if flag("enable_moe_block") {
+        return Err(FolderError::OtherGemma4Size {
+            size: "26B A4B",
+            reason: "a mixture of experts",
+        });
+    }
+    if flag("attention_k_eq_v") {
+        return Err(FolderError::OtherGemma4Size {
+            size: "31B",
+            reason: "its attention shares keys and values",
+        });
+    }
+    Ok(())
+}
+
+/// "This is a Llama model (model_type "llama"); …", naming the families people know.
+fn other_architecture(model_type: &str) -> String {
+    let family = match model_type {
+        "llama" | "llama4" => "Llama",
+        "mistral" | "mistral3" => "Mistral",
+        "mixtral" => "Mixtral",
+        "qwen2" | "qwen2_vl" | "qwen2_5_vl" | "qwen3" | "qwen3_moe" => "Qwen",
+        "phi" | "phi3" | "phi4" => "Phi",
+        "gemma" => "Gemma 1",
+        "gemma2" => "Gemma 2",
+        "gemma3" | "gemma3_text" => "Gemma 3",
+        "gemma3n" => "Gemma 3n",
+        "gemma4_text" => "text-only Gemma 4",
+        "deepseek_v2" | "deepseek_v3" => "DeepSeek",
+        "gpt2" => "GPT-2",
+        "gpt_oss" => "gpt-oss",
+        "olmo" | "olmo2" => "OLMo",
+        _ => "",
+    };
+    let what = if family.is_empty() {
+        "another kind of".to_string()
+    } else {
+        let article = if family.starts_with(['A', 'E', 'I', 'O', 'U']) {
+            "an"
+        } else {
+            "a"
+        };
+        format!("{article} {family}")
+    };
+    format!("This is {what} model (model_type {model_type:?}); Gemma Desk runs Gemma 4 E4B")
 }
 
 /// The weight files: those `model.safetensors.index.json` lists (all must exist), or else every

@@ -83,6 +83,29 @@ impl HfCache {
     }
 }
 
+/// The cached repository a picked folder is: `models--org--name` itself, or its `snapshots/`.
+/// Its snapshots come preferred first (see [`snapshots`]); `None` for any other folder.
+pub(crate) fn repo_of_folder(dir: &Path) -> Option<CachedRepo> {
+    let root = match dir.file_name()?.to_str()? {
+        "snapshots" => dir.parent()?,
+        _ => dir,
+    };
+    let id = repo_id(root.file_name()?.to_str()?)?;
+    Some(CachedRepo {
+        id,
+        snapshots: snapshots(root),
+    })
+}
+
+/// The repository id of a snapshot folder (`models--org--name/snapshots/<commit>`).
+pub(crate) fn repo_of_snapshot(dir: &Path) -> Option<String> {
+    let snapshots = dir.parent()?;
+    if snapshots.file_name()? != "snapshots" {
+        return None;
+    }
+    repo_id(snapshots.parent()?.file_name()?.to_str()?)
+}
+
 /// `models--org--name` → `org/name`.
 fn repo_id(folder: &str) -> Option<String> {
     let rest = folder.strip_prefix("models--")?;

@@ -4,6 +4,7 @@
 //! Everything here is blocking; the app runs it on a background thread, reports progress through
 //! a callback and cancels with an `AtomicBool`.
 
+mod details;
 mod discovery;
 mod disk;
 mod download;
@@ -14,7 +15,9 @@ mod http;
 mod hub;
 mod progress;
 
-pub use discovery::{check_folder, discover, FolderError, ModelCandidate, ModelSource};
+pub use discovery::{
+    check_folder, discover, display_name, FolderError, ModelCandidate, ModelSource,
+};
 pub use download::{Download, DEFAULT_REPO};
 pub use drafter::{find_drafters, is_drafter, DRAFTER_REPO};
 pub use error::DownloadError;

@@ -222,7 +222,10 @@ fn a_chosen_folder_is_explained_in_plain_words() -> Result<()> {
     let broken = model_folder(&root.path().join("broken"), "{ nope", 10)?;
     assert!(message(&broken).starts_with("config.json is not valid JSON: "));
     let llama = model_folder(&root.path().join("llama"), LLAMA, 10)?;
-    assert_eq!(message(&llama), "this is a llama model, not Gemma 4");
+    assert_eq!(
+        message(&llama),
+        r#"This is a Llama model (model_type "llama"); Gemma Desk runs Gemma 4 E4B"#
+    );
     let untyped = model_folder(&root.path().join("untyped"), "{}", 10)?;
     assert!(message(&untyped).contains("no model_type"));
 
@@ -251,5 +254,166 @@ fn a_chosen_folder_is_explained_in_plain_words() -> Result<()> {
     ));
     fs::write(sharded.join("model-00002-of-00002.safetensors"), [0u8; 5])?;
     assert_eq!(check_folder(&sharded)?.size_bytes, 15);
+    Ok(())
+}
+
+#[test]
+fn another_architecture_or_gemma_4_size_is_refused_in_words() -> Result<()> {
+    let root = tempfile::tempdir()?;
+    let message = |name: &str, config: &str| -> Result<String> {
+        let dir = model_folder(&root.path().join(name), config, 10)?;
+        Ok(match check_folder(&dir) {
+            Ok(c) => format!("accepted {}", c.name),
+            Err(e) => e.to_string(),
+        })
+    };
+    assert_eq!(
+        message("qwen", r#"{"model_type": "qwen2"}"#)?,
+        r#"This is a Qwen model (model_type "qwen2"); Gemma Desk runs Gemma 4 E4B"#
+    );
+    assert_eq!(
+        message("olmo", r#"{"model_type": "olmo2"}"#)?,
+        r#"This is an OLMo model (model_type "olmo2"); Gemma Desk runs Gemma 4 E4B"#
+    );
+    assert_eq!(
+        message("gemma3", r#"{"model_type": "gemma3"}"#)?,
+        r#"This is a Gemma 3 model (model_type "gemma3"); Gemma Desk runs Gemma 4 E4B"#
+    );
+    // A name nobody knows is quoted as data: control characters cannot reach the message.
+    assert_eq!(
+        message("odd", r#"{"model_type": "zz\u0007top"}"#)?,
+        r#"This is another kind of model (model_type "zztop"); Gemma Desk runs Gemma 4 E4B"#
+    );
+    assert_eq!(
+        message(
+            "moe",
+            r#"{"model_type": "gemma4", "text_config": {"enable_moe_block": true}}"#
+        )?,
+        "This is Gemma 4 26B A4B (a mixture of experts); Gemma Desk runs Gemma 4 E4B"
+    );
+    assert_eq!(
+        message(
+            "big",
+            r#"{"model_type": "gemma4", "text_config": {"attention_k_eq_v": true}}"#
+        )?,
+        "This is Gemma 4 31B (its attention shares keys and values); Gemma Desk runs Gemma 4 E4B"
+    );
+    assert_eq!(
+        message(
+            "e4b",
+            r#"{"model_type": "gemma4", "text_config": {"enable_moe_block": false}}"#
+        )?,
+        "accepted e4b"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_hugging_face_cache_folder_stands_for_its_snapshot() -> Result<()> {
+    let root = tempfile::tempdir()?;
+    let hub = root.path().join("hub");
+    // refs/main names the older snapshot: it wins over the newer one.
+    let repo = cached_repo(
+        &hub,
+        "mlx-community/gemma-4-e4b-it-8bit",
+        &[("old111", GEMMA4_8BIT), ("new222", GEMMA4_4BIT)],
+        "old111",
+        64,
+    )?;
+    let main = repo.join("snapshots").join("old111");
+    for picked in [repo.clone(), repo.join("snapshots"), main.clone()] {
+        let candidate = check_folder(&picked)?;
+        assert_eq!(candidate.dir, main, "picked {}", picked.display());
+        assert_eq!(candidate.name, "mlx-community/gemma-4-e4b-it-8bit");
+        assert_eq!(candidate.quantization_bits, Some(8));
+        assert_eq!(candidate.size_bytes, 64);
+    }
+
+    // Without a usable refs/main: the newest snapshot.
+    let other = cached_repo(
+        &hub,
+        "me/gemma-copy",
+        &[("aaa111", GEMMA4_8BIT), ("bbb222", GEMMA4_4BIT)],
+        "gone",
+        10,
+    )?;
+    let newest = other.join("snapshots").join("bbb222");
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+    fs::File::open(&newest)?.set_modified(later)?;
+    assert_eq!(check_folder(&other)?.dir, newest);
+    assert_eq!(check_folder(&other)?.name, "me/gemma-copy");
+
+    // A snapshot that is not a model explains itself; a repository with none says so.
+    let llama = cached_repo(&hub, "meta/llama", &[("ccc333", LLAMA)], "ccc333", 10)?;
+    assert!(check_folder(&llama)
+        .unwrap_err()
+        .to_string()
+        .starts_with("This is a Llama model"));
+    let empty = hub.join("models--me--nothing");
+    fs::create_dir_all(empty.join("snapshots"))?;
+    assert_eq!(
+        check_folder(&empty).unwrap_err().to_string(),
+        "this Hugging Face cache folder holds no downloaded snapshot"
+    );
+    Ok(())
+}
+
+/// A safetensors file holding `tensors` (name, dtype, shape), with zeroed data.
+fn safetensors(path: &Path, tensors: &[(&str, &str, &[u64])]) -> Result<()> {
+    let mut header = serde_json::Map::new();
+    let mut offset = 0u64;
+    for (name, dtype, shape) in tensors {
+        let bytes = shape.iter().product::<u64>() * 4;
+        header.insert(
+            name.to_string(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + bytes]}),
+        );
+        offset += bytes;
+    }
+    let text = serde_json::to_vec(&header)?;
+    let mut file = (text.len() as u64).to_le_bytes().to_vec();
+    file.extend(text);
+    file.extend(vec![0u8; offset as usize]);
+    fs::write(path, file)?;
+    Ok(())
+}
+
+#[test]
+fn a_checkpoint_tells_its_parameters_context_and_towers() -> Result<()> {
+    let root = tempfile::tempdir()?;
+    let config = r#"{"model_type": "gemma4", "dtype": "bfloat16",
+        "quantization": {"group_size": 64, "bits": 4, "mode": "affine",
+                         "embed": {"group_size": 32, "bits": 8}},
+        "text_config": {"max_position_embeddings": 131072},
+        "vision_config": {"hidden_size": 8}, "audio_config": {"hidden_size": 8}}"#;
+    let dir = model_folder(&root.path().join("e4b"), config, 0)?;
+    safetensors(
+        &dir.join("model.safetensors"),
+        &[
+            // 8 rows of 64 values packed 8 to a u32, one group each: 512 parameters.
+            ("layer.weight", "U32", &[8, 8]),
+            ("layer.scales", "BF16", &[8, 1]),
+            ("layer.biases", "BF16", &[8, 1]),
+            // Its own group size: 4 rows of 2 groups of 32 at 8 bits: 256.
+            ("embed.weight", "U32", &[4, 16]),
+            ("embed.scales", "BF16", &[4, 2]),
+            ("norm.weight", "BF16", &[16]),
+        ],
+    )?;
+    let candidate = check_folder(&dir)?;
+    assert_eq!(candidate.parameters, Some(512 + 256 + 16));
+    assert_eq!(candidate.context_length, Some(131_072));
+    assert_eq!(candidate.quantization_bits, Some(4));
+    assert_eq!(candidate.quantization_mode.as_deref(), Some("affine"));
+    assert_eq!(candidate.dtype.as_deref(), Some("bfloat16"));
+    assert!(candidate.vision && candidate.audio);
+
+    // Text only, unquantized, weights that are not safetensors: nothing made up.
+    let plain = model_folder(&root.path().join("plain"), GEMMA4_BF16, 10)?;
+    let candidate = check_folder(&plain)?;
+    assert_eq!(candidate.parameters, None);
+    assert_eq!(candidate.context_length, None);
+    assert_eq!(candidate.quantization_mode, None);
+    assert!(!candidate.vision && !candidate.audio);
     Ok(())
 }

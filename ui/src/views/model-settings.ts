@@ -1,0 +1,170 @@
+/**
+ * Settings → Model: the model in use (what it is, where it is) and the ways to change it —
+ * another local folder, another download, or none (back to the model picker).
+ */
+import { errorMessage, type DownloadOption, type ModelCandidate, type ModelState } from "../api";
+import { el } from "../dom";
+import { formatBytes, formatEta, formatInteger } from "../format";
+import type { Value } from "../store";
+
+export interface ModelPanelHandlers {
+  /** Opens the folder dialog and loads what was picked; rejects in words. */
+  chooseFolder(): Promise<void>;
+  /** Starts downloading one of the offered checkpoints. */
+  download(repo: string): Promise<void>;
+  cancelDownload(): Promise<void>;
+  /** Unloads the model and forgets it. */
+  forget(): Promise<void>;
+}
+
+/** "10.3 million", "7.9 billion": parameter counts as people say them. */
+export function formatParameters(count: number): string {
+  if (count >= 1e9) return `${(count / 1e9).toFixed(1)} billion`;
+  if (count >= 1e6) return `${(count / 1e6).toFixed(1)} million`;
+  return formatInteger(count);
+}
+
+/** "4-bit (affine)", "bfloat16, not quantized". */
+export function formatQuantization(checkpoint: ModelCandidate): string {
+  if (checkpoint.quantizationBits !== null)
+    return `${checkpoint.quantizationBits}-bit${checkpoint.quantizationMode ? ` (${checkpoint.quantizationMode})` : ""}`;
+  return checkpoint.dtype ? `${checkpoint.dtype}, not quantized` : "not quantized";
+}
+
+/** The rows describing a loaded checkpoint, as label and value. */
+export function describeCheckpoint(checkpoint: ModelCandidate, contextWindow: number): [string, string][] {
+  return [
+    ["Name", checkpoint.name],
+    ["Folder", checkpoint.dir],
+    ["Size on disk", formatBytes(checkpoint.sizeBytes)],
+    ["Weights", formatQuantization(checkpoint)],
+    ["Parameters", checkpoint.parameters === null ? "unknown" : formatParameters(checkpoint.parameters)],
+    ["Context limit", `${formatInteger(contextWindow)} tokens`],
+    ["Images", checkpoint.vision ? "yes" : "no (this checkpoint has no vision tower)"],
+    ["Audio", checkpoint.audio ? "in the checkpoint (Gemma Desk does not use it)" : "no"],
+  ];
+}
+
+export class ModelPanel {
+  readonly element = el("section", {
+    class: "model-panel",
+    "data-testid": "model-panel",
+    "aria-labelledby": "model-panel-title",
+  });
+  private error: string | null = null;
+  private busy = false;
+
+  constructor(
+    private readonly model: Value<ModelState>,
+    private readonly downloads: () => DownloadOption[],
+    /** Whether an answer is being written now (switching stops it). */
+    private readonly answering: () => boolean,
+    private readonly handlers: ModelPanelHandlers,
+  ) {
+    model.subscribe(() => this.render());
+    this.render();
+  }
+
+  /** Draws the panel again (when the dialog opens: the answer may have started meanwhile). */
+  refresh(): void {
+    this.error = null;
+    this.render();
+  }
+
+  private render(): void {
+    const state = this.model.get();
+    const focused = document.activeElement instanceof HTMLElement ? document.activeElement.dataset.testid : undefined;
+    this.element.replaceChildren(
+      el("h2", { id: "model-panel-title" }, "Model"),
+      ...this.body(state),
+      this.error === null
+        ? ""
+        : el("p", { class: "form-error", role: "alert", "data-testid": "model-error" }, this.error),
+    );
+    if (focused) this.element.querySelector<HTMLElement>(`[data-testid="${focused}"]`)?.focus();
+  }
+
+  private body(state: ModelState): (HTMLElement | string)[] {
+    switch (state.state) {
+      case "ready":
+        return [
+          el(
+            "dl",
+            { class: "model-facts", "data-testid": "model-facts" },
+            ...describeCheckpoint(state.checkpoint, state.contextWindow).flatMap(([label, value]) => [
+              el("dt", {}, label),
+              el("dd", { "data-fact": label }, value),
+            ]),
+          ),
+          this.answering()
+            ? el("p", { class: "field-help" }, "Switching stops the answer being written; what it wrote is kept.")
+            : "",
+          this.actions(true),
+        ];
+      case "loading":
+        return [
+          el("p", { role: "status", "data-testid": "model-panel-status" }, `Loading ${state.name}: ${state.stage}`),
+        ];
+      case "downloading": {
+        const { progress } = state;
+        const percent = progress.bytesTotal > 0 ? Math.floor((progress.bytesDone / progress.bytesTotal) * 100) : 0;
+        const cancel = el("button", { type: "button", "data-testid": "model-cancel-download" }, "Cancel Download");
+        cancel.addEventListener("click", () => void this.run(() => this.handlers.cancelDownload()));
+        return [
+          el(
+            "p",
+            { role: "status", "data-testid": "model-panel-status" },
+            `Downloading: ${formatBytes(progress.bytesDone)} of ${formatBytes(progress.bytesTotal)} (${percent}%), ${formatEta(progress.etaSeconds)}`,
+          ),
+          el("div", { class: "model-actions" }, cancel),
+        ];
+      }
+      case "failed":
+        return [el("p", { "data-testid": "model-panel-status" }, state.message), this.actions(false)];
+      case "none":
+        return [el("p", { "data-testid": "model-panel-status" }, "No model is loaded."), this.actions(false)];
+    }
+  }
+
+  private actions(loaded: boolean): HTMLElement {
+    const choose = el(
+      "button",
+      { type: "button", "data-testid": "model-choose-folder", disabled: this.busy },
+      "Choose Folder…",
+    );
+    choose.addEventListener("click", () => void this.run(() => this.handlers.chooseFolder()));
+    const options = this.downloads();
+    const select = el(
+      "select",
+      { "aria-label": "Checkpoint to download", "data-testid": "model-download-choice", disabled: this.busy },
+      ...options.map((option) => el("option", { value: option.repo }, option.label)),
+    );
+    const download = el(
+      "button",
+      { type: "button", "data-testid": "model-download", disabled: this.busy || options.length === 0 },
+      "Download",
+    );
+    download.addEventListener("click", () => void this.run(() => this.handlers.download(select.value)));
+    const row = el("div", { class: "model-actions" }, choose, select, download);
+    if (loaded) {
+      const forget = el("button", { type: "button", "data-testid": "model-forget", disabled: this.busy }, "Forget");
+      forget.addEventListener("click", () => void this.run(() => this.handlers.forget()));
+      row.append(forget);
+    }
+    return row;
+  }
+
+  private async run(action: () => Promise<void>): Promise<void> {
+    this.busy = true;
+    this.error = null;
+    this.render();
+    try {
+      await action();
+    } catch (error) {
+      this.error = errorMessage(error);
+    } finally {
+      this.busy = false;
+      this.render();
+    }
+  }
+}
