@@ -30,6 +30,9 @@ const COMMANDS: &[&str] = &[
     "export_markdown",
     "export_json",
     "import_json",
+    "attachment_view",
+    "faster_answers",
+    "set_faster_answers",
 ];
 
 fn main() {

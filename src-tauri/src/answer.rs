@@ -184,6 +184,11 @@ fn stored_usage(usage: &Usage, context_window: u32) -> chats::Usage {
             Engine::Cancelled => chats::StopReason::Cancelled,
         },
         context_window: Some(context_window),
+        tokens_per_round: usage
+            .speculative
+            .as_ref()
+            .filter(|s| s.rounds > 0)
+            .map(|s| s.tokens_per_round()),
     }
 }
 

@@ -12,6 +12,7 @@ use crate::attachments::{DropEvent, PendingAttachment};
 use crate::chat::{SendRequest, Sent};
 use crate::error::Error;
 use crate::events::Events;
+use crate::faster::FasterAnswers;
 use crate::memory::{self, MemoryUsage};
 use crate::model_setup::ModelState;
 use crate::settings::Settings;
@@ -74,6 +75,20 @@ pub async fn forget_model(state: Shared<'_>) -> Result<ModelState, Error> {
 #[tauri::command]
 pub fn cancel_download(state: Shared<'_>) {
     state.models.cancel_download();
+}
+
+/// Where "Faster answers" (speculative decoding with the MTP drafter) stands.
+#[tauri::command]
+pub fn faster_answers(state: Shared<'_>) -> FasterAnswers {
+    state.models.faster_answers()
+}
+
+/// Switches "Faster answers" on or off (kept for the next start); blocking while a drafter
+/// loads.
+#[tauri::command]
+pub async fn set_faster_answers(state: Shared<'_>, on: bool) -> Result<FasterAnswers, Error> {
+    let models = state.models.clone();
+    blocking(move || models.set_faster_answers(on)).await
 }
 
 #[tauri::command]

@@ -9,6 +9,7 @@ mod commands;
 mod data_dir;
 mod error;
 mod events;
+mod faster;
 mod instance;
 mod launch;
 mod launch_error;
@@ -88,6 +89,8 @@ fn run() -> anyhow::Result<()> {
             commands::export_markdown,
             commands::export_json,
             commands::import_json,
+            commands::faster_answers,
+            commands::set_faster_answers,
         ])
         .build(tauri::generate_context!())
         .context("could not start the app")?;

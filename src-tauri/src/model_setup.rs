@@ -14,6 +14,7 @@ use ts_rs::TS;
 
 use crate::error::Error;
 use crate::events::Events;
+use crate::faster::{self, FasterAnswers};
 use crate::settings::{Settings, MAX_CONTEXT};
 
 /// Where the model stands, as the UI shows it.
@@ -104,6 +105,8 @@ pub struct Models {
     /// and engine agreeing) before the next begins.
     switching: Mutex<()>,
     events: Arc<dyn Events>,
+    /// Where "Faster answers" stands for the model loaded.
+    faster: Mutex<FasterAnswers>,
 }
 
 impl Models {
@@ -125,6 +128,7 @@ impl Models {
             download: Mutex::new(None),
             switching: Mutex::new(()),
             events,
+            faster: Mutex::new(FasterAnswers::NoModel),
         }
     }
 
@@ -205,6 +209,7 @@ impl Models {
         }
         let _switching = lock(&self.switching);
         self.engine.unload()?;
+        *lock(&self.faster) = FasterAnswers::NoModel;
         Settings::remember_model(&self.store, None)?;
         self.set(ModelState::None);
         Ok(ModelState::None)
@@ -237,6 +242,7 @@ impl Models {
                     checkpoint: candidate.clone(),
                 };
                 let _ = Settings::remember_model(&self.store, Some(&dir));
+                self.apply_faster_answers(&candidate.dir);
                 self.set(ready.clone());
                 Ok(ready)
             }
@@ -250,6 +256,35 @@ impl Models {
                 Err(Error::ModelInvalid(message))
             }
         }
+    }
+
+    /// Where "Faster answers" stands.
+    pub fn faster_answers(&self) -> FasterAnswers {
+        lock(&self.faster).clone()
+    }
+
+    /// Switches "Faster answers" (kept for the next start) and applies it to the loaded model.
+    pub fn set_faster_answers(&self, on: bool) -> Result<FasterAnswers, Error> {
+        let _switching = lock(&self.switching);
+        Settings::set_faster_answers(&self.store, on)?;
+        if let ModelState::Ready { dir, .. } = self.state() {
+            self.apply_faster_answers(Path::new(&dir));
+        }
+        Ok(self.faster_answers())
+    }
+
+    /// Finds and sets the drafter for the model in `model_dir` (the engine has just loaded it,
+    /// without one), as the switch says.
+    fn apply_faster_answers(&self, model_dir: &Path) {
+        let on = Settings::faster_answers(&self.store);
+        let state = faster::apply(
+            &self.engine,
+            on,
+            model_dir,
+            &self.models_dir,
+            &self.hf_cache,
+        );
+        *lock(&self.faster) = state;
     }
 
     /// A download of the app's, in its models folder, goes by its repository id, as it did

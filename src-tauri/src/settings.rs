@@ -13,6 +13,8 @@ use crate::error::Error;
 const KEY: &str = "generation";
 /// Key of the model folder loaded last, loaded again on start.
 const MODEL_KEY: &str = "model_dir";
+/// Key of the "Faster answers" switch (speculative decoding; on unless switched off).
+const FASTER_KEY: &str = "faster_answers";
 
 /// The largest context the model was trained for (Gemma 4 E4B: 128K positions).
 pub const MAX_CONTEXT: u32 = 131_072;
@@ -126,6 +128,20 @@ impl Settings {
     /// Remembers the model folder to load on the next start (`None`: no model).
     pub fn remember_model(store: &Store, dir: Option<&str>) -> Result<(), Error> {
         Ok(store.set_setting(MODEL_KEY, &dir)?)
+    }
+
+    /// Whether answers are drafted and checked ("Faster answers"); on unless switched off.
+    pub fn faster_answers(store: &Store) -> bool {
+        store
+            .get_setting::<bool>(FASTER_KEY)
+            .ok()
+            .flatten()
+            .unwrap_or(true)
+    }
+
+    /// Switches "Faster answers".
+    pub fn set_faster_answers(store: &Store, on: bool) -> Result<(), Error> {
+        Ok(store.set_setting(FASTER_KEY, &on)?)
     }
 
     /// The model folder loaded last, if any.

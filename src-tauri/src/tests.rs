@@ -53,6 +53,9 @@ impl Harness {
             events.clone(),
         )
         .unwrap();
+        // The tiny fixture has a drafter beside it: "Faster answers" stays off in these tests
+        // unless one turns it on (its own tests below), so that every other test runs plain.
+        Settings::set_faster_answers(&state.store, false).unwrap();
         Self {
             _dir: dir,
             data_dir,
@@ -1261,4 +1264,167 @@ fn settings_can_download_another_build_which_then_replaces_the_model_in_use() {
     let (state, _, _dir) = h.restart();
     state.models.load_at_startup();
     assert!(matches!(state.models.state(), ModelState::Ready { name, .. } if name == repo));
+}
+
+// ------------------------------------------------------------------ faster answers
+
+/// A copy of the tiny model in a fresh folder, with `drafter` (a copy of the tiny drafter with
+/// `edit` applied to its config) beside it, or nothing beside it.
+fn model_with_drafter(
+    root: &std::path::Path,
+    edit: Option<&dyn Fn(&mut serde_json::Value)>,
+) -> PathBuf {
+    let copy = |from: &std::path::Path, to: &std::path::Path| {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap().flatten() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    };
+    let model = root.join("gemma-4-tiny");
+    copy(&fixture(), &model);
+    if let Some(edit) = edit {
+        let drafter = root.join("gemma-4-tiny-assistant");
+        copy(&fixture_named("tiny-assistant"), &drafter);
+        let path = drafter.join("config.json");
+        let mut config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        edit(&mut config);
+        std::fs::write(&path, config.to_string()).unwrap();
+    }
+    model
+}
+
+#[test]
+fn faster_answers_draft_with_the_assistant_beside_the_model_and_can_be_switched_off() {
+    use crate::faster::FasterAnswers;
+    let h = Harness::with_model();
+    assert!(matches!(
+        h.state.models.faster_answers(),
+        FasterAnswers::Off { drafter: Some(ref d) } if d.ends_with("tiny-assistant")
+    ));
+    let on = h.state.models.set_faster_answers(true).unwrap();
+    let FasterAnswers::On {
+        drafter,
+        block_size,
+        parameters,
+    } = on
+    else {
+        panic!("{on:?}");
+    };
+    assert!(drafter.ends_with("tiny-assistant"));
+    assert_eq!(block_size, 4);
+    assert!(parameters > 0);
+    let sent = h.send("Tell me about rivers.", &short()).unwrap();
+    let events = h.finish(sent.generation_id);
+    let Some(GenerationEvent::Done { usage, .. }) = events.last() else {
+        panic!("{events:?}");
+    };
+    let per_round = usage
+        .tokens_per_round
+        .expect("a drafted answer says tokens per round");
+    assert!((1.0..=4.0).contains(&per_round), "{per_round}");
+    let stored = h
+        .state
+        .store
+        .get_conversation(&sent.conversation.id)
+        .unwrap();
+    let answer = stored.messages.last().unwrap();
+    assert_eq!(
+        answer.usage.as_ref().and_then(|u| u.tokens_per_round),
+        Some(per_round)
+    );
+    // Off, and still off after a restart; answers are plain again.
+    assert!(matches!(
+        h.state.models.set_faster_answers(false).unwrap(),
+        FasterAnswers::Off { .. }
+    ));
+    let sent = h.send("And the sea?", &short()).unwrap();
+    let events = h.finish(sent.generation_id);
+    let Some(GenerationEvent::Done { usage, .. }) = events.last() else {
+        panic!("{events:?}");
+    };
+    assert_eq!(usage.tokens_per_round, None);
+    let (state, _events, _dir) = h.restart();
+    assert!(!Settings::faster_answers(&state.store));
+}
+
+#[test]
+fn a_drafter_that_does_not_fit_is_refused_in_words_and_a_missing_one_is_named() {
+    use crate::faster::FasterAnswers;
+    let h = Harness::new();
+    Settings::set_faster_answers(&h.state.store, true).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let misfit = |c: &mut serde_json::Value| c["text_config"]["sliding_window"] = 64.into();
+    let model = model_with_drafter(&root.path().join("a"), Some(&misfit));
+    h.state.models.choose(&model).unwrap();
+    match h.state.models.faster_answers() {
+        FasterAnswers::Refused { drafter, reason } => {
+            assert!(drafter.ends_with("gemma-4-tiny-assistant"));
+            assert!(reason.contains("sliding_window is 64"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The model answers without it.
+    let sent = h.send("Hello", &short()).unwrap();
+    let events = h.finish(sent.generation_id);
+    assert!(
+        matches!(events.last(), Some(GenerationEvent::Done { .. })),
+        "{events:?}"
+    );
+
+    let alone = model_with_drafter(&root.path().join("b"), None);
+    h.state.models.choose(&alone).unwrap();
+    match h.state.models.faster_answers() {
+        FasterAnswers::Missing { repo, .. } => {
+            assert_eq!(repo, "mlx-community/gemma-4-E4B-it-assistant-bf16")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn every_command_is_registered_allowed_and_in_the_manifest() {
+    // A command missing from build.rs or the capability is refused in the real window only.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let main = read("src/main.rs");
+    let mut registered: Vec<String> = main
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("commands::")?
+                .strip_suffix(',')
+                .map(str::to_owned)
+        })
+        .collect();
+    let build = read("build.rs");
+    let manifest = &build[build.find("COMMANDS").unwrap()..];
+    let manifest = &manifest[..manifest.find("];").unwrap()];
+    let mut listed: Vec<String> = manifest
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix('"')?
+                .strip_suffix("\",")
+                .map(str::to_owned)
+        })
+        .collect();
+    let capability: serde_json::Value =
+        serde_json::from_str(&read("capabilities/default.json")).unwrap();
+    let mut allowed: Vec<String> = capability["permissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| {
+            p.as_str()?
+                .strip_prefix("allow-")
+                .map(|n| n.replace('-', "_"))
+        })
+        .collect();
+    registered.sort();
+    listed.sort();
+    allowed.sort();
+    assert!(registered.len() > 20, "{registered:?}");
+    assert_eq!(listed, registered, "build.rs COMMANDS");
+    assert_eq!(allowed, registered, "capabilities/default.json");
 }

@@ -15,6 +15,7 @@ import type { DownloadOption } from "./bindings/DownloadOption";
 import type { DownloadProgress } from "./bindings/DownloadProgress";
 import type { DropEvent } from "./bindings/DropEvent";
 import type { ErrorKind } from "./bindings/ErrorKind";
+import type { FasterAnswers } from "./bindings/FasterAnswers";
 import type { GenerationEvent } from "./bindings/GenerationEvent";
 import type { ImportReport } from "./bindings/ImportReport";
 import type { Imported } from "./bindings/Imported";
@@ -34,6 +35,7 @@ import type { StopReason } from "./bindings/StopReason";
 import type { Usage } from "./bindings/Usage";
 
 export type {
+  FasterAnswers,
   AppStatus,
   Attachment,
   ContextNeed,
@@ -243,6 +245,16 @@ export function pasteClipboardImage(): Promise<PendingAttachment | null> {
 
 export function removePendingAttachment(id: string): Promise<void> {
   return call("remove_pending_attachment", { id });
+}
+
+/** Where "Faster answers" (speculative decoding with the assistant model) stands. */
+export function fasterAnswers(): Promise<FasterAnswers> {
+  return call("faster_answers");
+}
+
+/** Switches "Faster answers"; resolves with where it then stands. */
+export function setFasterAnswers(on: boolean): Promise<FasterAnswers> {
+  return call("set_faster_answers", { on });
 }
 
 /** A `data:` URL of a saved attachment, full size (up to 2048 pixels a side). */

@@ -1076,6 +1076,78 @@ describe("answer stats", () => {
     expect(stats[1]).toContain("Context 1,024 / 8,192 (13%)");
     expect(stats[1]).not.toContain("reused");
   });
+
+  it("say how many tokens each round gave when the answer was drafted, and nothing when it was not", async () => {
+    backend.addConversation("Drafted", [
+      message({ id: "u1", conversationId: "", role: "user", text: "Hi" }),
+      message({
+        id: "a1",
+        conversationId: "",
+        role: "assistant",
+        text: "Hello",
+        usage: { ...usage(), tokensPerRound: 2.46 },
+      }),
+      message({ id: "u2", conversationId: "", role: "user", text: "More" }),
+      message({ id: "a2", conversationId: "", role: "assistant", text: "Sure", usage: usage() }),
+    ]);
+    await mount();
+    click(root.querySelector(".item-button"));
+    await settle();
+    const stats = $$("answer-stats").map((s) => s.textContent ?? "");
+    expect(stats[0]).toContain("2.5 tokens/round");
+    expect(stats[1]).not.toContain("tokens/round");
+  });
+});
+
+describe("faster answers (Settings)", () => {
+  async function openFaster(): Promise<HTMLElement> {
+    await mount();
+    click($("settings"));
+    await settle();
+    return $("faster-panel") as HTMLElement;
+  }
+
+  it("names what to download when no assistant model is found, and switches on and off", async () => {
+    const panel = await openFaster();
+    const status = () => panel.querySelector('[data-testid="faster-status"]')?.textContent ?? "";
+    const toggle = () => panel.querySelector<HTMLInputElement>('[data-testid="faster-toggle"]');
+    expect(status()).toContain("No assistant model was found. Download mlx-community/gemma-4-E4B-it-assistant-bf16");
+    expect(toggle()?.checked).toBe(true);
+    const box = toggle() as HTMLInputElement;
+    box.checked = false;
+    box.dispatchEvent(new Event("change"));
+    await settle();
+    expect(callsOf("set_faster_answers").at(-1)?.args).toEqual({ on: false });
+    expect(status()).toContain(
+      "Off: answers come from the model alone. When on, /models/gemma-4-E4B-it-assistant-bf16",
+    );
+    expect(toggle()?.checked).toBe(false);
+    const again = toggle() as HTMLInputElement;
+    again.checked = true;
+    again.dispatchEvent(new Event("change"));
+    await settle();
+    expect(status()).toContain("drafts 3 tokens at a time and the model checks them");
+  });
+
+  it("says why a drafter cannot be used, and a refused switch in words", async () => {
+    backend.faster = {
+      state: "refused",
+      drafter: "/x/assistant",
+      reason: "the drafter does not fit this model: its sliding_window is 64, the model's is 512",
+    };
+    handle("set_faster_answers", () => {
+      throw { kind: "invalid", message: "The engine has stopped." };
+    });
+    const panel = await openFaster();
+    expect(panel.querySelector('[data-testid="faster-status"]')?.textContent).toBe(
+      "/x/assistant cannot be used: the drafter does not fit this model: its sliding_window is 64, the model's is 512. Answers come from the model alone.",
+    );
+    const box = panel.querySelector<HTMLInputElement>('[data-testid="faster-toggle"]') as HTMLInputElement;
+    box.checked = false;
+    box.dispatchEvent(new Event("change"));
+    await settle();
+    expect(panel.querySelector('[data-testid="faster-error"]')?.textContent).toBe("The engine has stopped.");
+  });
 });
 
 describe("several chats", () => {

@@ -30,6 +30,7 @@ import { ChatView } from "./views/chat";
 import { Composer } from "./views/composer";
 import { confirmDialog } from "./views/dialogs";
 import { ModelPanel } from "./views/model-settings";
+import { FasterPanel } from "./views/faster-answers";
 import { SettingsDialog } from "./views/settings";
 import { setupView } from "./views/setup";
 import { Sidebar } from "./views/sidebar";
@@ -134,13 +135,23 @@ export class App {
         forget: () => this.forgetModel(),
       },
     );
+    const fasterPanel = new FasterPanel({
+      load: () => api.fasterAnswers(),
+      set: (on) => api.setFasterAnswers(on),
+    });
     this.settingsDialog = new SettingsDialog(
       {
         load: () => api.getSettings(),
         save: (settings) => this.saveSettings(settings),
       },
       this.state.settingsLimits,
-      modelPanel,
+      {
+        element: el("div", {}, modelPanel.element, fasterPanel.element),
+        refresh: () => {
+          modelPanel.refresh();
+          fasterPanel.refresh();
+        },
+      },
     );
     this.followState();
   }

@@ -13,4 +13,9 @@ reusedTokens: number, generatedTokens: number, timeToFirstTokenMs: number, prefi
  * The context window the answer was written in (absent in answers saved before it was
  * kept), so its stats keep their meaning after the setting changes.
  */
-contextWindow?: number, };
+contextWindow?: number, 
+/**
+ * Tokens each speculative round gave on average (drafts accepted + the model's own), when
+ * the answer was drafted (docs/SPECULATIVE.md).
+ */
+tokensPerRound?: number, };

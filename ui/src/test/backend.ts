@@ -3,6 +3,7 @@ import type {
   AppStatus,
   Conversation,
   ConversationSummary,
+  FasterAnswers,
   GenerationEvent,
   ImportReport,
   Message,
@@ -111,6 +112,12 @@ export class FakeBackend {
   private nextId = 1;
   /** Every answer written to a user message (by its id), oldest first. */
   private answers = new Map<string, Message[]>();
+  /** Where "Faster answers" stands. */
+  faster: FasterAnswers = {
+    state: "missing",
+    repo: "mlx-community/gemma-4-E4B-it-assistant-bf16",
+    modelsDir: "/models",
+  };
   /** What `import_json` answers next (null: the dialog was cancelled). */
   importReport: ImportReport | null = null;
 
@@ -170,6 +177,13 @@ export class FakeBackend {
     handle("export_markdown", ({ id }) => `/Users/ada/Documents/${String(id)}.md`);
     handle("export_json", ({ id }) => `/Users/ada/Documents/${typeof id === "string" ? id : "all"}.json`);
     handle("import_json", () => ({ report: this.importReport }));
+    handle("faster_answers", () => this.faster);
+    handle("set_faster_answers", ({ on }) => {
+      this.faster = on
+        ? { state: "on", drafter: "/models/gemma-4-E4B-it-assistant-bf16", blockSize: 4, parameters: 78_517_764 }
+        : { state: "off", drafter: "/models/gemma-4-E4B-it-assistant-bf16" };
+      return this.faster;
+    });
   }
 
   private selectVersion(conversationId: string, messageId: string, version: number): Conversation {

@@ -336,6 +336,17 @@ export function answerStats(message: Message, contextWindow: number | null): HTM
     }
     if (usage.reusedTokens > 0)
       stats.append(el("span", { class: "reused" }, `${formatInteger(usage.reusedTokens)} reused from the cache`));
+    if (usage.tokensPerRound !== undefined)
+      stats.append(
+        el(
+          "span",
+          {
+            class: "drafted",
+            title: "Faster answers: tokens per check by the model (the assistant's drafts it accepted, plus its own)",
+          },
+          `${usage.tokensPerRound.toFixed(1)} tokens/round`,
+        ),
+      );
     stats.title = usageDetails(usage);
   }
   if (status === "stopped") stats.append(el("span", { class: "mark stopped" }, "Stopped"));

@@ -519,6 +519,7 @@ pub(crate) fn usage_json(usage: &Usage) -> Result<String> {
         time_to_first_token_ms: finite(usage.time_to_first_token_ms),
         prefill_tokens_per_second: finite(usage.prefill_tokens_per_second),
         decode_tokens_per_second: finite(usage.decode_tokens_per_second),
+        tokens_per_round: usage.tokens_per_round.map(finite),
         ..usage.clone()
     };
     serde_json::to_string(&usage).map_err(|e| Error::InvalidInput(format!("usage: {e}")))

@@ -62,6 +62,11 @@ pub struct Usage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub context_window: Option<u32>,
+    /// Tokens each speculative round gave on average (drafts accepted + the model's own), when
+    /// the answer was drafted (docs/SPECULATIVE.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub tokens_per_round: Option<f64>,
 }
 
 /// One row of the conversation list.

@@ -25,6 +25,7 @@ fn usage() -> Usage {
         decode_tokens_per_second: 20.5,
         stop_reason: StopReason::EndOfTurn,
         context_window: Some(4096),
+        tokens_per_round: None,
     }
 }
 

@@ -27,6 +27,7 @@ fn usage() -> Usage {
         decode_tokens_per_second: 31.25,
         stop_reason: StopReason::EndOfTurn,
         context_window: Some(8192),
+        tokens_per_round: None,
     }
 }
 

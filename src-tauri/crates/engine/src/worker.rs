@@ -106,6 +106,7 @@ impl LoadedModel {
         let drafter = Drafter::load(dir, &self.model)?;
         let options = options.unwrap_or_else(|| SpeculativeOptions {
             block_size: drafter.block_size(),
+            min_accepted: Some(self.model.tuning().min_drafts_accepted),
             ..SpeculativeOptions::default()
         });
         self.drafter = Some((drafter, options));

@@ -6,7 +6,7 @@ use mlx_rs::Dtype;
 
 /// How the model is tuned for the backend it runs on. The defaults come from
 /// [`Tuning::for_backend`]; the measurements behind them are in `bench/results.md`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Tuning {
     /// How a decode step composes attention where MLX has no fused kernel for the head size.
     pub decode_attention: DecodeAttention,
@@ -28,6 +28,11 @@ pub struct Tuning {
     /// speculative verify's few rows then cost about what one decode step's row costs where
     /// the GEMM tiles many rows (CUDA: 64). 0 or 1: off.
     pub vector_rows: usize,
+    /// Drafts accepted per round below which speculative decoding costs more than it saves on
+    /// this backend: a round costs a draft block and a verify of several rows, plain decoding
+    /// one step per token, so the break-even is `round time / step time − 1` accepted drafts
+    /// (docs/SPECULATIVE.md). Measured on CUDA and the CPU; estimated for Metal.
+    pub min_drafts_accepted: f32,
 }
 
 impl Tuning {
@@ -71,6 +76,14 @@ impl Tuning {
                 _ => 2048,
             },
             vector_rows: 0,
+            // H200: a 4-row verify costs ~2.8 pipelined steps (host-bound dispatch), so rounds pay
+            // from ~2.2 accepted drafts; the CPU ~2.4. On a Mac a step is bound by reading the
+            // weights, which a verify reads once for all its rows: ~0.3 (bench/results.md).
+            min_drafts_accepted: match flavor {
+                "metal" => 0.3,
+                _ if cuda => 2.2,
+                _ => 2.4,
+            },
         }
     }
 

@@ -75,6 +75,7 @@ fn plain() -> Tuning {
         fused_single_query_head_dims: &[],
         warm_up_history: 0,
         vector_rows: 0,
+        min_drafts_accepted: 0.3,
     }
 }
 

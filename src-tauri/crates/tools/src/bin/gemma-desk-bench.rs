@@ -734,6 +734,7 @@ fn mtp_bench(bench: &Bench, dir: &Path, plan: &Plan, block: usize) -> Result<ser
     let rejected = rate(&ids, secs);
     let default_options = SpeculativeOptions {
         block_size: block,
+        min_accepted: Some(model.tuning().min_drafts_accepted),
         ..SpeculativeOptions::default()
     };
     let (ids, secs, stats, _) = run(Some((Proposer::Mtp(&drafter), default_options)))?;

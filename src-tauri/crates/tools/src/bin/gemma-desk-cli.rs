@@ -215,7 +215,10 @@ fn load_chat(dir: &Path, sampling: &SamplingArgs) -> Result<(LoadedModel, Genera
     .with_context(|| format!("loading {}", dir.display()))?;
     let mut loaded = loaded;
     if let Some(draft) = &sampling.draft_model {
-        let mut speculative = SpeculativeOptions::default();
+        let mut speculative = SpeculativeOptions {
+            min_accepted: Some(loaded.model.tuning().min_drafts_accepted),
+            ..SpeculativeOptions::default()
+        };
         if let Some(n) = sampling.draft_block_size {
             if !(2..=64).contains(&n) {
                 bail!("--draft-block-size must be between 2 and 64, found {n}");

@@ -1,0 +1,94 @@
+/**
+ * Settings → Faster answers: speculative decoding with Gemma 4's assistant model. The switch,
+ * and in words what it does now: which drafter drafts, that none was found (and where to get
+ * one), or why the one found cannot be used.
+ */
+import { errorMessage, type FasterAnswers } from "../api";
+import { el } from "../dom";
+
+export interface FasterPanelHandlers {
+  load(): Promise<FasterAnswers>;
+  /** Switches it and answers where it then stands; rejects in words. */
+  set(on: boolean): Promise<FasterAnswers>;
+}
+
+/** What the panel says under its switch. */
+export function describeFaster(state: FasterAnswers): string {
+  switch (state.state) {
+    case "noModel":
+      return "Load a model first.";
+    case "off":
+      return state.drafter === null
+        ? "Off: answers come from the model alone."
+        : `Off: answers come from the model alone. When on, ${state.drafter} drafts them.`;
+    case "on":
+      return `On: ${state.drafter} drafts ${state.blockSize - 1} tokens at a time and the model checks them; the answer is the model's own. Under each answer: tokens per round.`;
+    case "missing":
+      return `No assistant model was found. Download ${state.repo} (about 159 MB) into ${state.modelsDir}, or put it beside the model's folder, then load the model again.`;
+    case "refused":
+      return `${state.drafter} cannot be used: ${state.reason}. Answers come from the model alone.`;
+  }
+}
+
+export class FasterPanel {
+  readonly element = el("section", {
+    class: "model-panel faster-panel",
+    "data-testid": "faster-panel",
+    "aria-labelledby": "faster-panel-title",
+  });
+  private state: FasterAnswers = { state: "noModel" };
+  private error: string | null = null;
+  private busy = false;
+
+  constructor(private readonly handlers: FasterPanelHandlers) {
+    this.render();
+  }
+
+  /** Reads where it stands (when the dialog opens). */
+  refresh(): void {
+    this.error = null;
+    void this.run(() => this.handlers.load());
+  }
+
+  private render(): void {
+    const switchedOn = this.state.state === "on" || this.state.state === "missing" || this.state.state === "refused";
+    const toggle = el("input", {
+      type: "checkbox",
+      id: "faster-answers",
+      "data-testid": "faster-toggle",
+      disabled: this.busy || this.state.state === "noModel",
+    });
+    toggle.checked = switchedOn;
+    toggle.addEventListener("change", () => {
+      const on = toggle.checked;
+      void this.run(() => this.handlers.set(on));
+    });
+    this.element.replaceChildren(
+      el("h2", { id: "faster-panel-title" }, "Faster answers"),
+      el(
+        "div",
+        { class: "field checkbox" },
+        toggle,
+        el("label", { for: "faster-answers" }, "Draft answers with Gemma 4's assistant model"),
+      ),
+      el("p", { class: "field-help", "data-testid": "faster-status", role: "status" }, describeFaster(this.state)),
+      this.error === null
+        ? ""
+        : el("p", { class: "form-error", role: "alert", "data-testid": "faster-error" }, this.error),
+    );
+  }
+
+  private async run(action: () => Promise<FasterAnswers>): Promise<void> {
+    this.busy = true;
+    this.error = null;
+    this.render();
+    try {
+      this.state = await action();
+    } catch (error) {
+      this.error = errorMessage(error);
+    } finally {
+      this.busy = false;
+      this.render();
+    }
+  }
+}
