@@ -3,7 +3,9 @@
 
  1. The first-run screen appears (no model: the home folder is empty, so no Hugging Face cache).
  2. "Choose Folder…" opens the native GTK folder dialog; typing the fixture's path loads it.
- 3. A message streams in: the answer grows across polls, then completes.
+ 3. A message streams in: the answer grows across polls, then completes, drafted by the
+    assistant model beside the fixture (Faster answers is on by default: its stats say tokens
+    per round; Settings → Faster answers names the drafter, checked in step 9).
  4. Esc stops a long answer mid-stream; its text is kept and marked stopped.
  5. Regenerate makes a new, complete answer; the stopped one stays as version 1/2, and ‹ ›
     flips between them. Editing the first question branches (the edited question is 2/2 with
@@ -424,6 +426,8 @@ class Scenario:
             check(answer.text, "the completed answer is empty")
             stats, generated = answer_stats(s, answer.id)
             check(generated <= SHORT_ANSWER, f"{generated} tokens were generated with the limit set to {SHORT_ANSWER}: {stats!r}")
+            # The fixture's assistant drafter sits beside the model: Faster answers is on by default.
+            check("tokens/round" in stats, f"the answer was not drafted (Faster answers, on by default): {stats!r}")
             check(win.shown(testid("send")) is not None, "the Send button did not come back")
             messages = win.messages()
             check([m.role for m in messages] == ["user", "assistant"], f"messages: {messages}")
@@ -622,6 +626,7 @@ class Scenario:
             wait_same("the conversation opened from the search hit", win.messages, history, 15)
 
         with steps.step("an image pasted from the clipboard is attached; a paste of nothing says so"):
+            win.dismiss_toasts()  # (the import's notes: the note read below must be this step's)
             win.click(testid("new-chat"), "the New Chat button")
             composer = win.need(testid("composer"), "the message field")
             subprocess.run(
@@ -663,6 +668,13 @@ class Scenario:
             check(fact("Weights") == "4-bit (affine)", f"Settings shows the weights as {fact('Weights')!r}")
             check(fact("Images") == "yes", f"Settings shows images as {fact('Images')!r}")
             check("million" in fact("Parameters"), f"Settings shows the parameters as {fact('Parameters')!r}")
+
+            def faster() -> str:
+                element = s.find(testid("faster-status"))
+                return s.text(element) if element is not None else ""
+
+            wait_for("Settings → Faster answers on, with the assistant beside the model", lambda: faster().startswith("On:"), 15)
+            check("tiny-assistant drafts 3 tokens at a time" in faster(), f"Faster answers says {faster()!r}")
             steps.shot("model-settings")
             win.click(testid("model-choose-folder"), "Choose Folder… in Settings → Model")
             self.desktop.choose_folder(FOLDER_DIALOG, other, timeout=30, before_accept=lambda: None)
