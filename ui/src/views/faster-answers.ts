@@ -56,6 +56,7 @@ export class FasterPanel {
       type: "checkbox",
       id: "faster-answers",
       "data-testid": "faster-toggle",
+      "aria-describedby": "faster-status",
       disabled: this.busy || this.state.state === "noModel",
     });
     toggle.checked = switchedOn;
@@ -68,10 +69,18 @@ export class FasterPanel {
       el(
         "div",
         { class: "field checkbox" },
-        toggle,
-        el("label", { for: "faster-answers" }, "Draft answers with Gemma 4's assistant model"),
+        el(
+          "div",
+          { class: "field-row" },
+          toggle,
+          el("label", { for: "faster-answers" }, "Draft answers with Gemma 4's assistant model"),
+        ),
       ),
-      el("p", { class: "field-help", "data-testid": "faster-status", role: "status" }, describeFaster(this.state)),
+      el(
+        "p",
+        { class: "field-help", id: "faster-status", "data-testid": "faster-status", role: "status" },
+        describeFaster(this.state),
+      ),
       this.error === null
         ? ""
         : el("p", { class: "form-error", role: "alert", "data-testid": "faster-error" }, this.error),

@@ -29,10 +29,9 @@ impl Default for SpeculativeOptions {
     }
 }
 
-/// Accepted drafts per round below which drafting stops when nothing else is said: Metal's
-/// estimate (a verify of 4 rows reads the weights once, about one step's cost). The engine uses
-/// the backend's own figure, `gemma::Tuning::min_drafts_accepted`.
-pub const DEFAULT_MIN_ACCEPTED: f32 = 0.3;
+/// Accepted drafts per round below which drafting stops when nothing else is said (Metal's
+/// provisional figure). The engine uses the backend's own, `gemma::Tuning::min_drafts_accepted`.
+pub const DEFAULT_MIN_ACCEPTED: f32 = 1.0;
 
 /// Where a round's drafts come from.
 pub enum Proposer<'a> {

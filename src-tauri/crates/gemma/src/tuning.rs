@@ -76,11 +76,13 @@ impl Tuning {
                 _ => 2048,
             },
             vector_rows: 0,
-            // H200: a 4-row verify costs ~2.8 pipelined steps (host-bound dispatch), so rounds pay
-            // from ~2.2 accepted drafts; the CPU ~2.4. On a Mac a step is bound by reading the
-            // weights, which a verify reads once for all its rows: ~0.3 (bench/results.md).
+            // H200: a round of 4 rows costs ~3.2 pipelined steps (host-bound dispatch), so rounds
+            // pay from ~2.2 accepted drafts; the CPU ~2.4. Metal, unmeasured: between ~0.3 (a
+            // step is bound by reading the weights, which a verify reads once for all its rows)
+            // and ~1.5 (mlx-vlm's round cost measured on a MacBook Pro, its issue #1121): 1.0
+            // until measured on a Mac (docs/SPECULATIVE.md, bench/results.md).
             min_drafts_accepted: match flavor {
-                "metal" => 0.3,
+                "metal" => 1.0,
                 _ if cuda => 2.2,
                 _ => 2.4,
             },
