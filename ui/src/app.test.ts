@@ -217,8 +217,20 @@ describe("first run", () => {
     await mount();
     emit("model-state", { state: "failed", dir: "/m", message: "model.safetensors is missing 12 tensors" });
     expect($("setup-error")?.textContent).toBe("model.safetensors is missing 12 tensors");
+    expect(root.querySelector("#first-run-title")?.textContent).toBe("The model could not be loaded");
     expect($("download")).not.toBeNull();
     expect($("choose-folder")).not.toBeNull();
+  });
+
+  it("says a download that stopped did not finish, not that a model failed to load", async () => {
+    await mount();
+    emit("model-state", {
+      state: "failed",
+      dir: null,
+      message: "The download stopped: huggingface.co cannot be reached. Try again to resume it.",
+    });
+    expect(root.querySelector("#first-run-title")?.textContent).toBe("The download did not finish");
+    expect($("setup-error")?.textContent).toContain("Try again to resume it.");
   });
 });
 

@@ -33,11 +33,20 @@ export function setupView(
       return downloadingView(state.progress, handlers);
     case "none":
     case "failed":
-      return firstRunView(state.state === "failed" ? state.message : null, info, handlers);
+      return firstRunView(state.state === "failed" ? state : null, info, handlers);
   }
 }
 
-function firstRunView(failure: string | null, info: SetupInfo, handlers: SetupHandlers): HTMLElement {
+/** The first-run screen's heading after a failure: a download that stopped is not a model that failed to load. */
+export function failureHeading(failure: { dir: string | null }): string {
+  return failure.dir === null ? "The download did not finish" : "The model could not be loaded";
+}
+
+function firstRunView(
+  failure: { dir: string | null; message: string } | null,
+  info: SetupInfo,
+  handlers: SetupHandlers,
+): HTMLElement {
   const download = el(
     "button",
     { type: "button", class: "primary large", "data-testid": "download", disabled: info.busy },
@@ -50,12 +59,12 @@ function firstRunView(failure: string | null, info: SetupInfo, handlers: SetupHa
     "Choose Folder…",
   );
   choose.addEventListener("click", () => handlers.chooseFolder());
-  const problem = info.error ?? failure;
+  const problem = info.error ?? failure?.message ?? null;
   return el(
     "section",
     { class: "setup first-run", "data-testid": "first-run", "aria-labelledby": "first-run-title" },
     el("div", { class: "mark", "aria-hidden": "true" }, "G"),
-    el("h1", { id: "first-run-title" }, failure ? "The model could not be loaded" : "Welcome to Gemma Desk"),
+    el("h1", { id: "first-run-title" }, failure ? failureHeading(failure) : "Welcome to Gemma Desk"),
     el(
       "p",
       { class: "lede" },
