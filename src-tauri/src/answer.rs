@@ -62,6 +62,11 @@ impl AnswerRecorder {
     /// Handles one engine event.
     pub fn on_event(&mut self, event: Event) {
         match event {
+            Event::Prefill {
+                generation_id,
+                done,
+                total,
+            } => self.on_prefill(generation_id, done, total),
             Event::Delta {
                 generation_id,
                 delta,
@@ -77,6 +82,20 @@ impl AnswerRecorder {
                 error,
             } => self.on_error(generation_id, error),
         }
+    }
+
+    /// Shows how far the prompt has been read (nothing to save yet).
+    pub fn on_prefill(&mut self, generation_id: u64, done: usize, total: usize) {
+        if self.save_error.is_some() {
+            return;
+        }
+        self.events.generation(&GenerationEvent::Prefill {
+            generation_id,
+            conversation_id: self.conversation_id.clone(),
+            message_id: self.message_id.clone(),
+            done: done as u64,
+            total: total as u64,
+        });
     }
 
     /// Saves new text and shows it. When it cannot be saved (a full disk), the answer is

@@ -56,6 +56,19 @@ pub struct Sent {
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum GenerationEvent {
+    /// The prompt is being read before the first token: `done` of `total` new prompt tokens
+    /// (what the cache already held is not counted). Long prompts report every chunk.
+    #[serde(rename_all = "camelCase")]
+    Prefill {
+        #[ts(type = "number")]
+        generation_id: u64,
+        conversation_id: String,
+        message_id: String,
+        #[ts(type = "number")]
+        done: u64,
+        #[ts(type = "number")]
+        total: u64,
+    },
     /// New text of the answer.
     #[serde(rename_all = "camelCase")]
     Delta {

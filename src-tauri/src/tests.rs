@@ -120,10 +120,12 @@ impl Harness {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let events = self.generation_events(generation_id);
-            if events
-                .iter()
-                .any(|e| !matches!(e, GenerationEvent::Delta { .. }))
-            {
+            if events.iter().any(|e| {
+                matches!(
+                    e,
+                    GenerationEvent::Done { .. } | GenerationEvent::Error { .. }
+                )
+            }) {
                 return events;
             }
             assert!(
@@ -148,7 +150,8 @@ impl Harness {
 
 fn id_of(event: &GenerationEvent) -> u64 {
     match event {
-        GenerationEvent::Delta { generation_id, .. }
+        GenerationEvent::Prefill { generation_id, .. }
+        | GenerationEvent::Delta { generation_id, .. }
         | GenerationEvent::Done { generation_id, .. }
         | GenerationEvent::Error { generation_id, .. } => *generation_id,
     }
@@ -178,6 +181,77 @@ fn long() -> Settings {
         context_length: 8192,
         ..Settings::default()
     }
+}
+
+#[test]
+fn a_long_prompt_reports_its_reading_chunk_by_chunk_before_the_first_token() {
+    let h = Harness::with_model();
+    let settings = Settings {
+        max_tokens: 3,
+        temperature: 0.0,
+        context_length: 8192,
+        ..Settings::default()
+    };
+    let text = "Read this carefully, word by word. ".repeat(160);
+    let sent = h.send(&text, &settings).unwrap();
+    let events = h.finish(sent.generation_id);
+    let progress: Vec<(u64, u64)> = events
+        .iter()
+        .filter_map(|e| match e {
+            GenerationEvent::Prefill { done, total, .. } => Some((*done, *total)),
+            _ => None,
+        })
+        .collect();
+    let first_delta = events
+        .iter()
+        .position(|e| matches!(e, GenerationEvent::Delta { .. }))
+        .expect("the answer streamed");
+    assert!(
+        events[..first_delta]
+            .iter()
+            .all(|e| matches!(e, GenerationEvent::Prefill { .. })),
+        "the reading is reported before the first token: {events:?}"
+    );
+    assert!(
+        events[first_delta..]
+            .iter()
+            .all(|e| !matches!(e, GenerationEvent::Prefill { .. })),
+        "and never after it"
+    );
+    let GenerationEvent::Done { usage, .. } = events.last().unwrap() else {
+        panic!("{events:?}");
+    };
+    // From nothing read to everything, one step per chunk of 512 (the engine's default).
+    let total = usage.prompt_tokens as u64;
+    assert!(
+        total > 1024,
+        "the prompt spans at least three chunks ({total} tokens)"
+    );
+    let expected: Vec<(u64, u64)> = (0..total)
+        .step_by(512)
+        .chain([total])
+        .map(|done| (done, total))
+        .collect();
+    assert_eq!(progress, expected);
+
+    // A follow-up reads only what the cache does not hold.
+    let again = h
+        .send_to(Some(&sent.conversation.id), "And now?", &settings)
+        .unwrap();
+    let events = h.finish(again.generation_id);
+    let GenerationEvent::Done { usage, .. } = events.last().unwrap() else {
+        panic!("{events:?}");
+    };
+    let fresh = (usage.prompt_tokens - usage.reused_tokens) as u64;
+    assert!(fresh < 64, "{usage:?}");
+    let progress: Vec<(u64, u64)> = events
+        .iter()
+        .filter_map(|e| match e {
+            GenerationEvent::Prefill { done, total, .. } => Some((*done, *total)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(progress, vec![(0, fresh), (fresh, fresh)]);
 }
 
 #[test]

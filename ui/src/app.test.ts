@@ -455,6 +455,38 @@ describe("sending and streaming", () => {
     expect($("conversation-item")?.classList.contains("generating")).toBe(false);
   });
 
+  it("shows a long prompt being read, chunk by chunk, until the first token", async () => {
+    await mount();
+    const sent = await sendText("A long document…");
+    const answer = messages()[1] as HTMLElement;
+    const note = () => answer.querySelector('[data-testid="streaming-note"]');
+    backend.prefill(sent, 0, 2600);
+    await drainFrames();
+    expect(note()?.textContent).toBe("Reading the prompt… 0 of 2,600 tokens");
+    backend.prefill(sent, 512, 2600);
+    backend.prefill(sent, 1024, 2600);
+    await drainFrames();
+    expect(note()?.textContent).toBe("Reading the prompt… 1,024 of 2,600 tokens");
+    const bar = note()?.querySelector("progress");
+    expect(bar?.getAttribute("max")).toBe("2600");
+    expect(bar?.getAttribute("value")).toBe("1024");
+    backend.prefill(sent, 2600, 2600);
+    backend.delta(sent, "Sure", 1);
+    await drainFrames();
+    expect(note()?.textContent).toBe("Generating… 1 tokens");
+    expect(note()?.querySelector("progress")).toBeNull();
+  });
+
+  it("says only Generating… for a short prompt, read at once", async () => {
+    await mount();
+    const sent = await sendText("Hi");
+    backend.prefill(sent, 0, 12);
+    backend.prefill(sent, 12, 12);
+    await drainFrames();
+    const note = (messages()[1] as HTMLElement).querySelector('[data-testid="streaming-note"]');
+    expect(note?.textContent).toBe("Generating…");
+  });
+
   it("never renders a delta for another conversation into the open one", async () => {
     const other = backend.addConversation("Other");
     await mount();

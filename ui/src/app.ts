@@ -25,7 +25,7 @@ import { announce } from "./live";
 import { externalUrl } from "./markdown/sanitize";
 import { createState, type ContextFull } from "./state";
 import { watch } from "./store";
-import { FrameScheduler, Generations, type LiveGeneration } from "./stream";
+import { FrameScheduler, Generations, type LiveGeneration, type StreamProgress } from "./stream";
 import { ChatView } from "./views/chat";
 import { Composer } from "./views/composer";
 import { confirmDialog } from "./views/dialogs";
@@ -272,15 +272,15 @@ export class App {
     const open = this.state.chat.get();
     const model = this.state.model.get();
     const idle = !this.generations.current() && !this.state.sending.get();
-    const counts = new Map<string, number>();
+    const progress = new Map<string, StreamProgress>();
     for (const message of open.messages) {
       const live = this.generations.forMessage(message.id);
-      if (live) counts.set(message.id, live.tokenCount);
+      if (live) progress.set(message.id, { tokenCount: live.tokenCount, reading: live.reading });
     }
     this.chat.setMessages(open.messages, {
       idle,
       contextWindow: this.contextWindow(),
-      tokenCounts: counts,
+      progress,
       loading: open.loading,
     });
     if (model.state === "ready") this.emptyTitle.textContent = `Chat with ${model.name}`;
@@ -748,7 +748,7 @@ export class App {
     const live = this.generations.apply(event);
     if (!live) return;
     const isOpen = event.conversationId === this.state.chat.get().id;
-    if (event.type === "delta") {
+    if (event.type === "delta" || event.type === "prefill") {
       if (isOpen) this.scheduler.mark(event.messageId);
       this.updateGenerating();
       return;
@@ -800,7 +800,7 @@ export class App {
     for (const messageId of messageIds) {
       const live = this.generations.forMessage(messageId);
       if (!live || live.conversationId !== openId) continue;
-      this.chat.stream(messageId, live.text, live.tokenCount);
+      this.chat.stream(messageId, live.text, { tokenCount: live.tokenCount, reading: live.reading });
     }
   }
 

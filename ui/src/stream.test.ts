@@ -97,6 +97,26 @@ describe("Generations", () => {
     expect(generations.forMessage("m1")?.tokenCount).toBe(pieces.length);
   });
 
+  it("tracks the prompt's reading until the first token, and ignores a late report", () => {
+    const generations = new Generations();
+    const prefill = (done: number): GenerationEvent => ({
+      type: "prefill",
+      generationId: 1,
+      conversationId: "c1",
+      messageId: "m1",
+      done,
+      total: 1500,
+    });
+    generations.apply(prefill(0));
+    generations.apply(prefill(512));
+    expect(generations.forMessage("m1")?.reading).toEqual({ done: 512, total: 1500 });
+    generations.apply(delta(1, "m1", "Hi"));
+    expect(generations.forMessage("m1")?.reading).toBeNull();
+    generations.apply(prefill(1500));
+    expect(generations.forMessage("m1")?.reading).toBeNull();
+    expect(generations.forMessage("m1")?.text).toBe("Hi");
+  });
+
   it("keeps concurrent generations apart by id", () => {
     const generations = new Generations();
     generations.apply(delta(1, "m1", "one"));

@@ -60,13 +60,26 @@ export class FrameScheduler<K> {
   }
 }
 
+/** How far the model has read the prompt, before its first token. */
+export interface Reading {
+  done: number;
+  total: number;
+}
+
+/** Where a streaming answer stands: the prompt being read, then tokens written. */
+export interface StreamProgress {
+  /** Tokens generated so far. */
+  tokenCount: number;
+  /** The prompt's reading, until the first token arrives (`null` once it has, or before any report). */
+  reading: Reading | null;
+}
+
 /** A generation still producing tokens, with the text received so far. */
-export interface LiveGeneration {
+export interface LiveGeneration extends StreamProgress {
   generationId: number;
   conversationId: string;
   messageId: string;
   text: string;
-  tokenCount: number;
 }
 
 /**
@@ -87,9 +100,12 @@ export class Generations {
   apply(event: GenerationEvent): LiveGeneration | null {
     if (this.finished.has(event.generationId)) return null;
     const generation = this.entry(event.generationId, event.conversationId, event.messageId);
-    if (event.type === "delta") {
+    if (event.type === "prefill") {
+      if (generation.tokenCount === 0) generation.reading = { done: event.done, total: event.total };
+    } else if (event.type === "delta") {
       generation.text += event.delta;
       generation.tokenCount = event.tokenCount;
+      generation.reading = null;
     } else {
       this.live.delete(event.generationId);
       this.finished.add(event.generationId);
@@ -123,7 +139,7 @@ export class Generations {
   private entry(generationId: number, conversationId: string, messageId: string): LiveGeneration {
     let generation = this.live.get(generationId);
     if (!generation) {
-      generation = { generationId, conversationId, messageId, text: "", tokenCount: 0 };
+      generation = { generationId, conversationId, messageId, text: "", tokenCount: 0, reading: null };
       this.live.set(generationId, generation);
     }
     return generation;

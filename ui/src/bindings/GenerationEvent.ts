@@ -5,7 +5,7 @@ import type { Usage } from "./Usage";
 /**
  * How an answer is coming along.
  */
-export type GenerationEvent = { "type": "delta", generationId: number, conversationId: string, messageId: string, delta: string, 
+export type GenerationEvent = { "type": "prefill", generationId: number, conversationId: string, messageId: string, done: number, total: number, } | { "type": "delta", generationId: number, conversationId: string, messageId: string, delta: string, 
 /**
  * Tokens generated so far.
  */

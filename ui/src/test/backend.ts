@@ -241,6 +241,17 @@ export class FakeBackend {
     return sent;
   }
 
+  prefill(sent: Sent, done: number, total: number): void {
+    this.event({
+      type: "prefill",
+      generationId: sent.generationId,
+      conversationId: sent.conversation.id,
+      messageId: sent.assistantMessageId,
+      done,
+      total,
+    });
+  }
+
   delta(sent: Sent, delta: string, tokenCount: number): void {
     this.event({
       type: "delta",

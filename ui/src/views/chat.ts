@@ -4,13 +4,16 @@ import { el } from "../dom";
 import { icon } from "../icons";
 import { ChatMenu, type ChatMenuActions } from "./chat-menu";
 import { MessageView, type MessageActions, type MessageFlags } from "./message";
+import type { StreamProgress } from "../stream";
+
+const NO_PROGRESS: StreamProgress = { tokenCount: 0, reading: null };
 
 export interface ChatContext {
   /** No answer is being generated anywhere. */
   idle: boolean;
   contextWindow: number | null;
-  /** Live token counts by message id. */
-  tokenCounts: Map<string, number>;
+  /** Where each streaming answer stands, by message id. */
+  progress: Map<string, StreamProgress>;
   /** The conversation's messages are still being read: show nothing rather than the empty state. */
   loading: boolean;
 }
@@ -105,7 +108,7 @@ export class ChatView {
         idle: context.idle,
         lastAnswer: message === lastAnswer && message === visible[visible.length - 1],
         contextWindow: context.contextWindow,
-        tokenCount: context.tokenCounts.get(message.id) ?? 0,
+        progress: context.progress.get(message.id) ?? NO_PROGRESS,
       };
       let view = this.views.get(message.id);
       if (view) view.update(message, flags);
@@ -127,11 +130,11 @@ export class ChatView {
   }
 
   /** Shows streamed text for one message; false when that message is not on screen. */
-  stream(messageId: string, text: string, tokenCount: number): boolean {
+  stream(messageId: string, text: string, progress: StreamProgress): boolean {
     const view = this.views.get(messageId);
     if (!view) return false;
     const wasAtBottom = this.stickToBottom;
-    view.stream(text, tokenCount);
+    view.stream(text, progress);
     if (wasAtBottom) this.scrollToBottom(false);
     return true;
   }

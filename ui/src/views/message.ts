@@ -8,6 +8,7 @@ import { announce } from "../live";
 import { loadMath } from "../markdown/math";
 import { needsMath, renderMarkdown } from "../markdown/render";
 import { splitThinking } from "../markdown/thinking";
+import type { StreamProgress } from "../stream";
 
 export interface MessageActions {
   regenerate(message: Message): void;
@@ -30,8 +31,8 @@ export interface MessageFlags {
   lastAnswer: boolean;
   /** Tokens the model can hold, for "context used". */
   contextWindow: number | null;
-  /** Tokens generated so far while streaming. */
-  tokenCount: number;
+  /** Where the answer stands while streaming. */
+  progress: StreamProgress;
 }
 
 const ROLE_LABEL = { user: "You", assistant: "Gemma", system: "System" } as const;
@@ -84,9 +85,9 @@ export class MessageView {
   }
 
   /** Shows streamed text; called at most once per frame. */
-  stream(text: string, tokenCount: number): void {
+  stream(text: string, progress: StreamProgress): void {
     this.message = { ...this.message, text, status: "streaming" };
-    this.flags = { ...this.flags, tokenCount };
+    this.flags = { ...this.flags, progress };
     this.renderContent();
     this.renderFooter();
   }
@@ -188,14 +189,7 @@ export class MessageView {
     const parts: HTMLElement[] = [];
     if (role === "assistant") {
       if (status === "streaming") {
-        const count = this.flags.tokenCount;
-        parts.push(
-          el(
-            "span",
-            { class: "streaming-note" },
-            count > 0 ? `Generating… ${formatInteger(count)} tokens` : "Generating…",
-          ),
-        );
+        parts.push(streamingNote(this.flags.progress));
       } else {
         const stats = answerStats(this.message, this.flags.contextWindow);
         if (stats) parts.push(stats);
@@ -364,3 +358,26 @@ function usageDetails(usage: Usage): string {
     `Time to first token: ${formatMilliseconds(usage.timeToFirstTokenMs)}`,
   ].join("\n");
 }
+
+/**
+ * "Reading the prompt… 1,024 of 4,096 tokens" with a bar while a long prompt is read (a short one
+ * is read at once: no bar), then "Generating… N tokens".
+ */
+export function streamingNote({ tokenCount, reading }: StreamProgress): HTMLElement {
+  if (tokenCount > 0 || !reading || reading.total < READING_SHOWN_FROM)
+    return el(
+      "span",
+      { class: "streaming-note", "data-testid": "streaming-note" },
+      tokenCount > 0 ? `Generating… ${formatInteger(tokenCount)} tokens` : "Generating…",
+    );
+  const label = `Reading the prompt… ${formatInteger(reading.done)} of ${formatInteger(reading.total)} tokens`;
+  return el(
+    "span",
+    { class: "streaming-note reading", "data-testid": "streaming-note" },
+    el("progress", { max: String(reading.total), value: String(reading.done), "aria-label": "Prompt read" }),
+    label,
+  );
+}
+
+/** Prompts shorter than this are read in well under a second on a Mac: "Generating…" says enough. */
+const READING_SHOWN_FROM = 512;

@@ -182,6 +182,15 @@ pub struct Prefill {
     pub time: Duration,
 }
 
+/// How far a prefill has come: `done` of the `total` prompt tokens it feeds (the reused prefix
+/// not counted). Reported before the first chunk (`done` 0: images are encoded then) and after
+/// each, so a long prompt shows progress instead of a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillProgress {
+    pub done: usize,
+    pub total: usize,
+}
+
 /// Where one decode step's time went: building its graph on the host, dispatching it to the
 /// device (`async_eval`), and waiting for the previous id while the device works.
 #[derive(Debug, Clone, Copy, Default)]
@@ -234,6 +243,19 @@ impl<'a> TokenStream<'a> {
         options: &GenerateOptions,
         cancel: &'a AtomicBool,
     ) -> Result<Self> {
+        Self::start_reporting(model, session, prompt, images, options, cancel, &mut |_| {})
+    }
+
+    /// [`Self::start`], telling `on_prefill` how far the prefill has come.
+    pub fn start_reporting(
+        model: &'a Model,
+        session: &'a mut Session,
+        prompt: &[u32],
+        images: Option<&mut Images<'_>>,
+        options: &GenerateOptions,
+        cancel: &'a AtomicBool,
+        on_prefill: &mut dyn FnMut(PrefillProgress),
+    ) -> Result<Self> {
         if prompt.is_empty() {
             return Err(GenerateError::EmptyPrompt);
         }
@@ -246,6 +268,10 @@ impl<'a> TokenStream<'a> {
         let start = Instant::now();
         let reused = session.rewind_for(model, prompt);
         let new = &prompt[reused..];
+        on_prefill(PrefillProgress {
+            done: 0,
+            total: new.len(),
+        });
         let features = match images {
             Some(images) => image_rows_to_prefill(prompt, reused, images)?,
             None => None,
@@ -282,7 +308,7 @@ impl<'a> TokenStream<'a> {
             spec: None,
             spec_stats: None,
         };
-        let Some(logits) = stream.prefill(new, &media, options.prefill_chunk)? else {
+        let Some(logits) = stream.prefill(new, &media, options.prefill_chunk, on_prefill)? else {
             stream.end = Some(StreamEnd::Cancelled);
             return Ok(stream);
         };
@@ -638,6 +664,7 @@ impl<'a> TokenStream<'a> {
         new: &[u32],
         media: &[MediaFeatures<'_>],
         chunk: usize,
+        on_prefill: &mut dyn FnMut(PrefillProgress),
     ) -> Result<Option<Array>> {
         let chunk = chunk.max(1);
         let mut logits = None;
@@ -675,6 +702,10 @@ impl<'a> TokenStream<'a> {
             self.last_hidden = Some(hidden);
             logits = Some(out);
             done = end;
+            on_prefill(PrefillProgress {
+                done,
+                total: new.len(),
+            });
         }
         logits.map(Some).ok_or(GenerateError::EmptyPrompt)
     }

@@ -14,7 +14,7 @@ use crate::image::Preprocessed;
 use crate::media::FeatureCache;
 use crate::sampler::SamplerConfig;
 use crate::speculative::{Proposer, SpeculativeOptions};
-use crate::stream::{Images, Session, TokenStream};
+use crate::stream::{Images, PrefillProgress, Session, TokenStream};
 use crate::template::{
     expand_image_placeholders, ChatTemplate, Message, Part, RenderOptions, Role,
 };
@@ -158,6 +158,18 @@ impl LoadedModel {
         options: &GenerateOptions,
         cancel: &'a AtomicBool,
     ) -> Result<TokenStream<'a>, EngineError> {
+        self.token_stream_reporting(session, prompt, options, cancel, &mut |_| {})
+    }
+
+    /// [`Self::token_stream`], telling `on_prefill` how far the prefill has come.
+    pub fn token_stream_reporting<'a>(
+        &'a self,
+        session: &'a mut Session,
+        prompt: &Prompt,
+        options: &GenerateOptions,
+        cancel: &'a AtomicBool,
+        on_prefill: &mut dyn FnMut(PrefillProgress),
+    ) -> Result<TokenStream<'a>, EngineError> {
         let model = &self.model;
         let images = &prompt.images;
         let mut cache = self.features.borrow_mut();
@@ -176,8 +188,15 @@ impl LoadedModel {
             }),
             _ => None,
         };
-        let mut stream =
-            TokenStream::start(model, session, &prompt.ids, bound.as_mut(), options, cancel)?;
+        let mut stream = TokenStream::start_reporting(
+            model,
+            session,
+            &prompt.ids,
+            bound.as_mut(),
+            options,
+            cancel,
+            on_prefill,
+        )?;
         if let Some((drafter, options)) = &self.drafter {
             stream.speculate(Proposer::Mtp(drafter), options.clone());
         }
@@ -194,7 +213,20 @@ impl LoadedModel {
         cancel: &AtomicBool,
         on_delta: impl FnMut(Delta),
     ) -> Result<Usage, EngineError> {
-        let stream = self.token_stream(session, prompt, options, cancel)?;
+        self.generate_reporting(session, prompt, options, cancel, &mut |_| {}, on_delta)
+    }
+
+    /// [`Self::generate`], telling `on_prefill` how far the prefill has come.
+    pub fn generate_reporting(
+        &self,
+        session: &mut Session,
+        prompt: &Prompt,
+        options: &GenerateOptions,
+        cancel: &AtomicBool,
+        on_prefill: &mut dyn FnMut(PrefillProgress),
+        on_delta: impl FnMut(Delta),
+    ) -> Result<Usage, EngineError> {
+        let stream = self.token_stream_reporting(session, prompt, options, cancel, on_prefill)?;
         Ok(generate(stream, &self.tokenizer, &self.specials, on_delta)?)
     }
 
@@ -281,6 +313,13 @@ pub struct ChatRequest {
 /// What the engine streams about one generation.
 #[derive(Debug)]
 pub enum Event {
+    /// The prompt is being read: `done` of `total` new prompt tokens (the reused prefix not
+    /// counted). Comes before the first [`Event::Delta`], once before the first chunk and after each.
+    Prefill {
+        generation_id: u64,
+        done: usize,
+        total: usize,
+    },
     Delta {
         generation_id: u64,
         delta: String,
@@ -639,15 +678,31 @@ fn answer(
     };
     let mut count = 0;
     let mut ids = Vec::new();
-    let result = m.generate(&mut current, &prompt, &request.options, cancel, |d| {
-        count += 1;
-        ids.extend(d.token);
-        events(Event::Delta {
+    // Both callbacks send through `events`, one at a time.
+    let events = RefCell::new(events);
+    let mut on_prefill = |p: PrefillProgress| {
+        (events.borrow_mut())(Event::Prefill {
             generation_id: id,
-            delta: d.text,
-            token_count: count,
-        });
-    });
+            done: p.done,
+            total: p.total,
+        })
+    };
+    let result = m.generate_reporting(
+        &mut current,
+        &prompt,
+        &request.options,
+        cancel,
+        &mut on_prefill,
+        |d| {
+            count += 1;
+            ids.extend(d.token);
+            (events.borrow_mut())(Event::Delta {
+                generation_id: id,
+                delta: d.text,
+                token_count: count,
+            });
+        },
+    );
     *session = Some((request.conversation.clone(), current));
     result.map(|usage| (usage, ids))
 }
