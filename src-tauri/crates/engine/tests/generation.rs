@@ -194,6 +194,7 @@ fn the_engine_thread_streams_and_stops_when_cancelled() {
                     cancelled = true;
                 }
             }
+            Event::Prefill { .. } => assert_eq!(deltas, 0, "the prompt is read before any token"),
             Event::Done { usage, .. } => break usage,
             Event::Error { error, .. } => panic!("{error}"),
         }
@@ -243,7 +244,7 @@ fn switching_models_stops_the_running_answer_and_unloading_leaves_none() {
             .try_recv()
             .expect("the answer did not end before the load")
         {
-            Event::Delta { .. } => {}
+            Event::Prefill { .. } | Event::Delta { .. } => {}
             Event::Done { usage, .. } => break usage,
             Event::Error { error, .. } => panic!("{error}"),
         }
@@ -398,6 +399,7 @@ fn engine_answer(
             .recv_timeout(Duration::from_secs(60))
             .expect("engine went silent")
         {
+            Event::Prefill { .. } => {}
             Event::Delta { delta, .. } => text.push_str(&delta),
             Event::Done { .. } => return text,
             Event::Error { error, .. } => panic!("{error}"),

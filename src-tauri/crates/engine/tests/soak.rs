@@ -146,6 +146,7 @@ fn ask(engine: &Engine, request: ChatRequest) -> Result<String, String> {
     let mut answer = String::new();
     loop {
         match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(Event::Prefill { .. }) => {}
             Ok(Event::Delta { delta, .. }) => answer.push_str(&delta),
             Ok(Event::Done { .. }) => return Ok(answer),
             Ok(Event::Error { error, .. }) => return Err(error.to_string()),
