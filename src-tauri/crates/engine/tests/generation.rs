@@ -232,9 +232,13 @@ fn switching_models_stops_the_running_answer_and_unloading_leaves_none() {
     let id = engine
         .generate(endless_request(), move |e| drop(tx.send(e)))
         .unwrap();
-    match rx.recv_timeout(Duration::from_secs(60)).expect("no token") {
-        Event::Delta { generation_id, .. } => assert_eq!(generation_id, id),
-        other => panic!("{other:?}"),
+    // The prompt is read, then the first token streams.
+    loop {
+        match rx.recv_timeout(Duration::from_secs(60)).expect("no token") {
+            Event::Prefill { generation_id, .. } => assert_eq!(generation_id, id),
+            Event::Delta { generation_id, .. } => break assert_eq!(generation_id, id),
+            other => panic!("{other:?}"),
+        }
     }
 
     // Another load (the same folder will do) ends the answer first, as cancelled.
