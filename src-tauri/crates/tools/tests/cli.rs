@@ -245,49 +245,100 @@ fn wait_for(seen: &std::sync::Mutex<String>, what: &str, done: impl Fn(&str) -> 
     }
 }
 
-/// Ctrl+C as the terminal sends it: SIGINT to the process.
-fn interrupt(child: &std::process::Child) {
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+/// A pseudo-terminal: `master` is the keyboard and the screen, `slave` becomes the child's
+/// controlling terminal. Ctrl+C and Ctrl+D are then the bytes a person types (0x03, 0x04), which
+/// the terminal's line discipline turns into SIGINT for the foreground process and an
+/// end-of-file, exactly as in Terminal.app.
+struct Pty {
+    master: std::fs::File,
+    slave: std::fs::File,
+}
+
+fn pty() -> Pty {
+    use std::os::fd::FromRawFd;
+    let (mut master, mut slave) = (-1, -1);
+    let null = std::ptr::null_mut();
+    // SAFETY: openpty writes two descriptors it opened; each is owned by one `File` below.
+    let rc = unsafe { libc::openpty(&mut master, &mut slave, null, null as _, null as _) };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    unsafe {
+        Pty {
+            master: std::fs::File::from_raw_fd(master),
+            slave: std::fs::File::from_raw_fd(slave),
+        }
+    }
+}
+
+/// Starts `args` on the terminal's slave end, in a session of its own whose controlling
+/// terminal it is (stdin, stdout and stderr all on it, as in a shell).
+fn spawn_on(pty: &Pty, args: &[&str]) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(CLI);
+    command
+        .args(args)
+        .stdin(Stdio::from(pty.slave.try_clone().unwrap()))
+        .stdout(Stdio::from(pty.slave.try_clone().unwrap()))
+        .stderr(Stdio::from(pty.slave.try_clone().unwrap()));
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY as _, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command.spawn().expect("the CLI starts on the terminal")
 }
 
 #[test]
 fn ctrl_c_stops_the_answer_not_the_chat_and_ctrl_d_leaves_cleanly() {
     let model = fixture();
+    let terminal = pty();
     // A greedy answer of the tiny model that runs on for hundreds of tokens.
-    let mut child = Command::new(CLI)
-        .args(["chat", "--model", model.to_str().unwrap()])
-        .args(["--max-tokens", "600", "--temperature", "0"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let stdout = collect(child.stdout.take().unwrap());
-    let stderr = collect(child.stderr.take().unwrap());
-    wait_for(&stderr, "the banner", |e| {
-        e.contains("Ctrl+D or /bye leaves")
+    let mut child = spawn_on(
+        &terminal,
+        &[
+            "chat",
+            "--model",
+            model.to_str().unwrap(),
+            "--max-tokens",
+            "600",
+            "--temperature",
+            "0",
+        ],
+    );
+    let Pty { master, slave } = terminal;
+    drop(slave);
+    let mut keyboard = master.try_clone().unwrap();
+    let screen = collect(master);
+    let mut typed = |bytes: &[u8]| keyboard.write_all(bytes).unwrap();
+    wait_for(&screen, "the banner", |s| {
+        s.contains("Ctrl+D or /bye leaves")
     });
 
     // An empty line asks again; it does not end the chat.
-    stdin.write_all(b"\nCount to twenty.\n").unwrap();
-    wait_for(&stdout, "the answer to start", |o| o.len() > 8);
-    interrupt(&child);
-    wait_for(&stderr, "the answer to stop", |e| e.contains("[stopped;"));
+    typed(b"\nCount to twenty.\n");
+    wait_for(&screen, "the question's echo", |s| {
+        s.contains("Count to twenty.\r\n")
+    });
+    let asked = screen.lock().unwrap().len();
+    wait_for(&screen, "the answer to start", |s| s.len() > asked + 40);
+    typed(b"\x03");
+    wait_for(&screen, "the answer to stop", |s| s.contains("[stopped;"));
 
     // The chat goes on, and the next question reuses the history, stopped answer included.
-    stdin.write_all(b"And backwards?\n").unwrap();
-    let shown = stdout.lock().unwrap().len();
-    wait_for(&stdout, "the second answer", |o| o.len() > shown + 8);
-    interrupt(&child);
-    wait_for(&stderr, "the second answer to stop", |e| {
-        e.matches("[stopped;").count() == 2
+    typed(b"And backwards?\n");
+    wait_for(&screen, "the second echo", |s| {
+        s.contains("And backwards?\r\n")
     });
-    let reused: Vec<usize> = stderr
+    let asked = screen.lock().unwrap().len();
+    wait_for(&screen, "the second answer", |s| s.len() > asked + 40);
+    typed(b"\x03");
+    wait_for(&screen, "the second answer to stop", |s| {
+        s.matches("[stopped;").count() == 2
+    });
+    let reused: Vec<usize> = screen
         .lock()
         .unwrap()
         .lines()
@@ -303,16 +354,21 @@ fn ctrl_c_stops_the_answer_not_the_chat_and_ctrl_d_leaves_cleanly() {
     assert!(reused.len() == 2 && reused[1] > 19, "{reused:?}");
 
     // At the prompt, Ctrl+C says how to leave; Ctrl+D leaves, the shell's prompt on a new line.
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    interrupt(&child);
-    wait_for(&stderr, "the hint", |e| {
-        e.contains("\n(Ctrl+D or /bye leaves)\n")
+    wait_for(&screen, "the prompt", |s| s.ends_with("> "));
+    typed(b"\x03");
+    wait_for(&screen, "the hint", |s| {
+        s.contains("\r\n(Ctrl+D or /bye leaves)\r\n> ")
     });
-    drop(stdin);
+    typed(b"\x04");
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
     std::thread::sleep(std::time::Duration::from_millis(100));
-    assert!(stderr.lock().unwrap().ends_with("> \n"));
+    let screen = screen.lock().unwrap();
+    assert!(
+        screen.ends_with("> \r\n"),
+        "{:?}",
+        &screen[screen.len().saturating_sub(80)..]
+    );
 }
 
 /// The ids `generate --json` streams, and its usage record.
