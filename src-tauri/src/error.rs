@@ -240,6 +240,125 @@ mod tests {
             .is_none());
     }
 
+    /// What a person reads must not say a thing twice ("could not load: could not load…") nor
+    /// speak in the code's words (`snake_case` names, Rust debug output), whichever layer the
+    /// error came from.
+    #[test]
+    fn error_messages_say_each_thing_once_in_words() {
+        use engine::generate::GenerateError;
+        use engine::image::ImageError;
+        use engine::worker::EngineError;
+        let io = || io::Error::from(io::ErrorKind::PermissionDenied);
+        let sqlite = || rusqlite_busy();
+        let broken_model = {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("config.json"), "{ not json").unwrap();
+            let err = engine::worker::LoadedModel::load(dir.path(), &Default::default())
+                .err()
+                .expect("a broken folder is refused");
+            // As `ModelSetup::load` words it.
+            Error::ModelInvalid(format!("gemma-4-e4b-it-4bit could not be loaded: {err}"))
+        };
+        let errors = vec![
+            Error::CreateModelsDir {
+                path: "/data/models".into(),
+                source: io(),
+            },
+            Error::NoModel,
+            Error::Busy,
+            broken_model,
+            Error::from(EngineError::NoModel),
+            Error::from(EngineError::Generate(GenerateError::PromptTooLong {
+                prompt: 9000,
+                context: 8192,
+            })),
+            Error::from(EngineError::MessageTooLong {
+                message: 9000,
+                context: 8192,
+            }),
+            Error::from(EngineError::Generate(GenerateError::EmptyPrompt)),
+            Error::from(EngineError::Generate(GenerateError::Image(
+                "this model has no vision tower".into(),
+            ))),
+            Error::from(EngineError::Image(ImageError::Empty)),
+            Error::from(EngineError::Image(ImageError::Corrupt {
+                format: "PNG",
+                detail: "unexpected end of file".into(),
+            })),
+            Error::from(ImageError::Unsupported {
+                format: "HEIC".into(),
+            }),
+            Error::from(ImageError::TooLarge {
+                width: 30000,
+                height: 20000,
+            }),
+            Error::from(chats::Error::NotFound {
+                what: "conversation",
+                id: "0193f2c4-7d1e".into(),
+            }),
+            Error::from(chats::Error::Sqlite {
+                op: "listing conversations",
+                source: sqlite(),
+            }),
+            Error::from(chats::Error::InvalidInput(
+                "the attachment is too large".into(),
+            )),
+            Error::from(chats::Error::BadExport("it is not JSON".into())),
+            Error::from(chats::Error::NewerSchema {
+                path: "/data/conversations.sqlite".into(),
+                found: 9,
+                supported: 4,
+            }),
+        ];
+        for err in &errors {
+            let message = CommandError::from(err).message;
+            let words: Vec<String> = message
+                .split(|c: char| !c.is_alphanumeric() && c != '\'' && c != '_' && c != '.')
+                .filter(|w| !w.is_empty())
+                .map(str::to_lowercase)
+                .collect();
+            let triples: Vec<&[String]> = words.windows(3).collect();
+            for (i, triple) in triples.iter().enumerate() {
+                assert!(
+                    !triples[i + 1..].contains(triple),
+                    "{message:?} says {triple:?} twice"
+                );
+            }
+            for word in &words {
+                let code_like = word.contains('_') && !word.ends_with(".json");
+                assert!(!code_like, "{message:?} speaks in code: {word}");
+            }
+            // A path named once: not "/m: /m/config.json is …".
+            let paths: Vec<&str> = message
+                .split_whitespace()
+                .filter(|w| w.contains('/'))
+                .map(|w| w.trim_end_matches([':', ',', ';', '.']))
+                .collect();
+            for (i, path) in paths.iter().enumerate() {
+                assert!(
+                    !paths[i + 1..].iter().any(|later| later.starts_with(path)),
+                    "{message:?} names {path} twice"
+                );
+            }
+            for debug in ["Some(", "None", "Os {", "kind:", "Error {", "\\n"] {
+                assert!(!message.contains(debug), "{message:?} shows {debug}");
+            }
+        }
+    }
+
+    /// A real SQLite error ("database is locked"), as a second connection meets it.
+    fn rusqlite_busy() -> rusqlite::Error {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite");
+        let a = rusqlite::Connection::open(&path).unwrap();
+        a.execute_batch("CREATE TABLE t (x); BEGIN EXCLUSIVE; INSERT INTO t VALUES (1);")
+            .unwrap();
+        let b = rusqlite::Connection::open(&path).unwrap();
+        b.busy_timeout(std::time::Duration::ZERO).unwrap();
+        b.execute("INSERT INTO t VALUES (2)", [])
+            .expect_err("the first connection holds the lock")
+    }
+
     #[test]
     fn missing_conversations_are_not_found() {
         let err = Error::from(chats::Error::NotFound {

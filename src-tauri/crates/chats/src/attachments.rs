@@ -37,7 +37,7 @@ impl Store {
         let hash = format!("{:x}", Sha256::digest(bytes));
         let file_name = file_name_for(&hash, &mime);
         let byte_size = i64::try_from(bytes.len())
-            .map_err(|_| Error::InvalidInput("attachment is too large".into()))?;
+            .map_err(|_| Error::InvalidInput("the attachment is too large".into()))?;
         // The lock is held while writing so a concurrent delete cannot remove the file between
         // the write and its registration as unsent.
         let path = resolve(&self.attachments_dir, &file_name)

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A conversation, message, attachment or file that the caller named does not exist.
-    #[error("{what} {id} not found")]
+    #[error("this {what} no longer exists")]
     NotFound {
         /// What was looked up, e.g. "conversation".
         what: &'static str,
@@ -15,7 +15,7 @@ pub enum Error {
         id: String,
     },
     /// SQLite refused or failed an operation.
-    #[error("chats database, {op}: {source}")]
+    #[error("the conversation history could not be read or written while {op}: {source}")]
     Sqlite {
         /// What the store was doing, e.g. "listing conversations".
         op: &'static str,
@@ -33,8 +33,8 @@ pub enum Error {
     },
     /// The database was written by a newer Gemma Desk; it is left untouched rather than downgraded.
     #[error(
-        "the chats database {} is at schema version {found}, newer than this version of \
-         Gemma Desk understands ({supported}); update the app to open it",
+        "the conversation history {} was written by a newer Gemma Desk (format {found}; this \
+         version reads up to {supported}); update the app to open it",
         path.display()
     )]
     NewerSchema {
@@ -45,13 +45,13 @@ pub enum Error {
         supported: i64,
     },
     /// The caller passed something the store cannot accept (an empty attachment, a bad mime type...).
-    #[error("invalid input: {0}")]
+    #[error("{0}")]
     InvalidInput(String),
     /// A file to import is not a Gemma Desk export this version can read; nothing was changed.
     #[error("this file cannot be imported, nothing was changed: {0}")]
     BadExport(String),
     /// A setting could not be converted to or from JSON.
-    #[error("setting {key}: {source}")]
+    #[error("the saved setting \"{key}\" could not be read: {source}")]
     Setting {
         key: String,
         #[source]

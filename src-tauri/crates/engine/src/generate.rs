@@ -30,7 +30,7 @@ pub enum GenerateError {
     Token(String),
     #[error("the prompt has placeholders for {found} images (or rows) but {expected} were given")]
     ImageCount { expected: usize, found: usize },
-    #[error("image: {0}")]
+    #[error("{0}")]
     Image(String),
 }
 
