@@ -10,7 +10,14 @@
  5. Regenerate makes a new, complete answer; the stopped one stays as version 1/2, and ‹ ›
     flips between them. Editing the first question branches (the edited question is 2/2 with
     its own answer); switching back restores every later message.
- 6. After quitting and starting again, the model is loaded again by itself and the conversation
+ 6. Two chats at once: the other chat keeps its own draft, its Send waits for the answering one
+    and says why, Esc there does not stop it; back in the answering chat, Esc stops it.
+    A follow-up after a 150-token answer reuses the whole history from the cache (its stats say
+    "N reused from the cache", N = the first prompt + its answer - 1).
+    The context window set small in Settings: a conversation that outgrows it shows one notice
+    offering New Chat (an empty chat) and Context Length… (Settings at that field); a message too
+    long on its own shows one notice with its length and only Context Length…, and is kept.
+    After quitting and starting again, the model is loaded again by itself and the conversation
     is listed and opens with every message as it was.
  7. An image dropped from another window (a real XDND drop) shows as a pending thumbnail; sent,
     it shows in the message, and is still there after another restart.
@@ -75,6 +82,16 @@ FIRST_MESSAGE = "Hello Gemma, tell me about lighthouses."
 SECOND_MESSAGE = "Now write a very long story about the sea."
 IMAGE_MESSAGE = "What is in this picture?"
 SEARCH_WORD = "lighthouses"
+# Pasted: about 1,200 tokens (3 a repeat), more than the smallest context length (512) on its own.
+LONG_PASTE = " ".join(["many words"] * 400)
+OTHER_CHAT_MESSAGE = "Write a long letter to a friend."
+DRAFT_A = "A draft kept with the answering chat"
+DRAFT_B = "A draft kept with the other chat"
+# The Rust test a_follow_up_after_a_long_answer_reuses_the_whole_history, in the window.
+COUNT_MESSAGE = "Count to twenty."
+COUNT_FOLLOW_UP = "And backwards?"
+COUNT_ANSWER = 150
+COUNT_FOLLOW_UP_ANSWER = 8  # what is checked is its prompt: a short answer keeps the step short
 
 # Answers short enough to finish in a few seconds in a debug build, or long enough to stop.
 SHORT_ANSWER = 48
@@ -176,14 +193,23 @@ class Window:
 
         wait_for(f"model {name!r} ready in the status bar", probe, timeout, interval=0.25)
 
-    def set_settings(self, values: dict[str, str]) -> None:
-        """Opens Settings, sets each `setting-<key>` field to its value, and saves."""
+    def set_settings(self, values: dict[str, str]) -> dict[str, str]:
+        """Opens Settings, sets each `setting-<key>` field to its value, and saves.
+
+        Returns what the fields showed before, to restore them with.
+        """
         self.click(testid("settings"), "the Settings button")
+        return self.fill_settings(values)
+
+    def fill_settings(self, values: dict[str, str]) -> dict[str, str]:
+        """In the open Settings dialog, sets each `setting-<key>` field to its value, and saves."""
         dialog = self.need(testid("settings-dialog"), "the settings dialog")
         wait_for("the settings to load", lambda: self.s.enabled(self.s.find(testid("settings-save"))), 15)
+        before = {}
         for key, value in values.items():
             field = self.s.find(testid(f"setting-{key}"), root=dialog)
             check(field is not None, f"the settings dialog has no field {key!r}")
+            before[key] = self.s.property(field, "value")
             # As a user scrolls: the field to the middle, clear of the sticky Save bar.
             self.s.execute("arguments[0].scrollIntoView({block: 'center'})", {ELEMENT_KEY: field})
             if self.s.property(field, "tagName") == "SELECT":
@@ -204,11 +230,45 @@ class Window:
             return not self.s.property(dialog, "open")
 
         wait_for("the settings dialog to close after Save", closed, 15)
+        return before
 
     def send(self, text: str) -> None:
         composer = self.need(testid("composer"), "the message field")
         wait_for("the message field to accept input", lambda: self.s.enabled(composer), 30)
         self.s.send_keys(composer, text + KEY_ENTER)
+
+    def draft(self) -> str:
+        """What the message field holds."""
+        return self.s.property(self.need(testid("composer"), "the message field"), "value") or ""
+
+    def hint(self) -> str:
+        """The line under the message field (how to send, or why sending waits)."""
+        element = self.s.find("#composer-hint")
+        return self.s.text(element).strip() if element is not None else ""
+
+    def notices(self) -> list[tuple[str, str, list[str]]]:
+        """Each context notice shown: its title, its detail, and its buttons' labels."""
+        found = []
+        for notice in self.s.find_all(testid("context-notice")):
+            title, detail = self.s.find("strong", root=notice), self.s.find("p", root=notice)
+            found.append(
+                (
+                    self.s.text(title).strip() if title else "",
+                    self.s.text(detail).strip() if detail else "",
+                    [self.s.text(b).strip() for b in self.s.find_all("button", root=notice)],
+                )
+            )
+        return found
+
+    def click_notice_button(self, label: str) -> None:
+        for button in self.s.find_all(f'{testid("context-notice")} button'):
+            if self.s.text(button).strip() == label:
+                self.s.click(button)
+                return
+        raise TestFailure(f"the context notice has no {label!r} button: {self.notices()}")
+
+    def focused_testid(self) -> str | None:
+        return self.s.execute("return document.activeElement && document.activeElement.dataset.testid || null")
 
     def active_conversation(self) -> str:
         return wait_for(
@@ -294,6 +354,30 @@ def answer_stats(session: Session, message_id: str) -> tuple[str, int]:
     return text, int(count.group(1).replace(",", ""))
 
 
+def prompt_stats(session: Session, message_id: str) -> tuple[int, int]:
+    """The prompt tokens of an answer and how many of them were reused from the cache.
+
+    Read from the stats line's tooltip ("Prompt: N tokens (R reused)"); the line itself says
+    "R reused from the cache" when R > 0, checked against it.
+    """
+    element = session.find(f'{testid("message")}[data-message-id="{message_id}"] {testid("answer-stats")}')
+    check(element is not None, f"answer {message_id} shows no stats")
+    tooltip = session.attribute(element, "title") or ""
+    found = re.search(r"Prompt: ([\d,]+) tokens \(([\d,]+) reused\)", tooltip)
+    check(found is not None, f"the answer's stats tooltip gives no prompt size: {tooltip!r}")
+    prompt, reused = (int(group.replace(",", "")) for group in found.groups())
+    text = session.text(element)
+    line = re.search(r"([\d,]+) reused from the cache", text)
+    shown = int(line.group(1).replace(",", "")) if line else 0
+    check(shown == reused, f"the stats line says {shown} reused, its tooltip {reused}: {text!r} / {tooltip!r}")
+    return prompt, reused
+
+
+def answer_stats_text(session: Session, message_id: str) -> str:
+    element = session.find(f'{testid("message")}[data-message-id="{message_id}"] {testid("answer-stats")}')
+    return session.text(element) if element else ""
+
+
 def wait_same(what: str, read: Callable[[], T], expected: T, timeout: float) -> None:
     """Polls `read` until it returns `expected`; on timeout the failure shows both."""
     last: list[T] = []
@@ -347,6 +431,7 @@ class Scenario:
         self.driver = Driver(args.tauri_driver, self.env, args.out / "tauri-driver.log")
         self.run: AppRun | None = None
         self.window: Window | None = None
+        self.put_off: list[str] = []
 
     def launch(self) -> Window:
         self.run = AppRun(self.driver, self.desktop, self.args.app, self.data_dir)
@@ -365,6 +450,29 @@ class Scenario:
         if while_closed is not None:
             while_closed()
         return self.launch()
+
+    def soon(self, what: str, probe: Callable[[], bool], seen: Callable[[], str], timeout: float = 3) -> None:
+        """A check whose failure (a known app bug) is reported by the last step, so the rest still runs."""
+        try:
+            wait_for(what, probe, timeout)
+        except TestFailure:
+            self.put_off.append(f"step {self.steps.number}: {what}: {seen()}")
+            print(f"e2e:   FAILS (reported at the end): {self.put_off[-1]}", flush=True)
+
+    def later(self, what: str, holds: bool, seen: str) -> None:
+        """`soon` for what is seen at once."""
+        if not holds:
+            self.put_off.append(f"step {self.steps.number}: {what}: {seen}")
+            print(f"e2e:   FAILS (reported at the end): {self.put_off[-1]}", flush=True)
+
+    def paste_text(self, win: Window, text: str) -> None:
+        """Puts `text` on the X clipboard and pastes it into the message field with Ctrl+V."""
+        assert self.run is not None
+        subprocess.run(["xclip", "-selection", "clipboard", "-i"], input=text.encode(), env=self.env, check=True, timeout=10)
+        win.s.click(win.need(testid("composer"), "the message field"))
+        self.desktop.focus(self.run.window)
+        self.desktop.keys("ctrl+v")
+        wait_same("the pasted text in the message field", win.draft, text, 30)
 
     def close(self) -> list[str]:
         problems = []
@@ -499,6 +607,149 @@ class Scenario:
             check(win.version_count(question.id) == "1/2", f"the original question reads {win.version_count(question.id)!r}")
             steps.shot("branch-restored")
             first_conversation = win.active_conversation()
+
+        with steps.step("two chats at once: each keeps its draft, the other's Send waits and says why, Esc stops only the open chat's answer"):
+            win.set_settings({"maxTokens": str(LONG_ANSWER)})
+            win.click(testid("new-chat"), "the New Chat button")
+            win.send(OTHER_CHAT_MESSAGE)
+            wait_streaming(win, set(), distinct=2, timeout=ANSWER_TIMEOUT)
+            chat_a = win.active_conversation()
+            s.send_keys(win.need(testid("composer"), "the message field"), DRAFT_A)
+            win.open_conversation(first_conversation)
+            wait_same("the other chat's messages while the first answers", win.messages, history, 15)
+            check(win.draft() == "", f"the other chat's message field holds {win.draft()!r}: the answering chat's draft followed")
+            composer = win.need(testid("composer"), "the message field")
+            s.send_keys(composer, DRAFT_B)
+            title_a = s.text(win.need(f'{testid("conversation-item")}[data-conversation-id="{chat_a}"] .item-title', "the answering chat in the sidebar")).strip()
+            waits = f"Another chat (“{title_a}”) is answering: send once it is done, or stop it there."
+            wait_same("the reason sending waits, under the other chat's message field", win.hint, waits, 15)
+            check(win.shown(testid("stop")) is None, "the other chat shows a Stop button for the answer in the first")
+            send = win.need(testid("send"), "the Send button in the other chat")
+            check(not s.enabled(send), "Send is enabled in the other chat while the first one answers")
+            s.send_keys(composer, KEY_ESCAPE)
+            s.send_keys(composer, KEY_ENTER)  # neither stops the first chat's answer nor sends this draft
+            steps.shot("other-chat-waits")
+            check(win.draft() == DRAFT_B, f"the other chat's draft reads {win.draft()!r} after Esc and Enter")
+            check(win.messages() == history, "Enter in the other chat changed its messages while the first one answers")
+            win.open_conversation(chat_a)
+            check(win.draft() == DRAFT_A, f"back in the answering chat, its message field holds {win.draft()!r}, expected {DRAFT_A!r}")
+            # Still streaming after Esc in the other chat (this fails if that Esc stopped it).
+            wait_streaming(win, set(), distinct=2, timeout=60)
+            check(win.shown(testid("stop")) is not None, "no Stop button in the answering chat")
+            s.send_keys(win.need(testid("composer"), "the message field"), KEY_ESCAPE)
+            stopped_a, _ = watch_answer(win, set(), timeout=30)
+            check(stopped_a.status == "stopped", f"after Esc in its own chat the answer is {stopped_a.status!r}, expected 'stopped'")
+            messages_a = win.messages()
+            check([(m.role, m.text) for m in messages_a][:1] == [("user", OTHER_CHAT_MESSAGE)] and len(messages_a) == 2, f"the answering chat holds {messages_a}")
+            check(all(DRAFT_B not in m.text for m in messages_a), "the other chat's draft reached the answering chat")
+            check(win.draft() == DRAFT_A, f"Esc changed the answering chat's draft to {win.draft()!r}")
+            steps.shot("stopped-in-its-chat")
+            s.clear(win.need(testid("composer"), "the message field"))
+            win.open_conversation(first_conversation)
+            check(win.draft() == DRAFT_B, f"the other chat's draft reads {win.draft()!r} when opened again")
+            s.clear(win.need(testid("composer"), "the message field"))
+
+        with steps.step("a follow-up after a long answer reuses the whole history from the cache"):
+            win.set_settings({"maxTokens": str(COUNT_ANSWER)})
+            win.click(testid("new-chat"), "the New Chat button")
+            win.send(COUNT_MESSAGE)
+            long_answer, _ = watch_answer(win, set(), ANSWER_TIMEOUT)
+            check(long_answer.status == "complete", f"the long answer ended {long_answer.status!r}")
+            stats, generated = answer_stats(s, long_answer.id)
+            check(generated == COUNT_ANSWER and "Reached the token limit" in stats, f"the long answer did not run to its {COUNT_ANSWER} tokens: {stats!r}")
+            prompt, _ = prompt_stats(s, long_answer.id)
+            win.set_settings({"maxTokens": str(COUNT_FOLLOW_UP_ANSWER)})
+            before = {m.id for m in win.messages()}
+            win.send(COUNT_FOLLOW_UP)
+            follow_up, _ = watch_answer(win, before, ANSWER_TIMEOUT)
+            check(follow_up.status in ("complete",), f"the follow-up ended {follow_up.status!r}")
+            follow_stats, _ = answer_stats(s, follow_up.id)
+            follow_prompt, reused = prompt_stats(s, follow_up.id)
+            # Everything the model read in the first turn (its last token is sampled, never read).
+            whole = prompt + generated - 1
+            check(reused == whole, f"the follow-up reused {reused} tokens, expected the whole history: {prompt} prompt + {generated} answer - 1 = {whole}: {follow_stats!r}")
+            # Prefilled: the answer's last token, the turn markers and the short question.
+            check(follow_prompt - reused < 30, f"the follow-up read {follow_prompt - reused} new tokens of {follow_prompt}: {follow_stats!r}")
+            print(f"e2e:   first: {prompt} prompt + {generated} generated; follow-up: {follow_stats}")
+            steps.shot("follow-up-reused")
+
+        with steps.step("a conversation that outgrows the context window: one notice; New Chat and Context Length… do what they say"):
+            # The same long paste fits a window of 2,048 with its answer; then the window shrinks.
+            restore = win.set_settings({"contextLength": "2048", "maxTokens": "4"})
+            win.click(testid("new-chat"), "the New Chat button")
+            self.paste_text(win, LONG_PASTE)
+            s.send_keys(win.need(testid("composer"), "the message field"), KEY_ENTER)
+            answer, _ = watch_answer(win, set(), ANSWER_TIMEOUT)
+            check(answer.status == "complete", f"the answer to the long message ended {answer.status!r} in a window of 2,048")
+            win.set_settings({"contextLength": "512"})
+            before = {m.id for m in win.messages()}
+            win.send("And then?")
+            failed, _ = watch_answer(win, before, ANSWER_TIMEOUT)
+            check(failed.status == "error", f"the follow-up's answer ended {failed.status!r}, expected an error: the context is full")
+            check(win.messages()[-2].text == "And then?", f"the follow-up question is gone: {win.messages()}")
+            said = answer_stats_text(s, failed.id)
+            self.later("the full context is said once, in the notice, not again under the failed answer", "context window" not in said, f"the answer's line says {said!r}")
+            # An error event that comes before send_message's reply is cleared by the reply (app.ts `accept`).
+            self.soon("the context notice shows, however soon the error comes", lambda: win.notices(), lambda: f"no notice; the answer says {said!r}")
+            notices = win.notices()
+            if notices:
+                check(len(notices) == 1, f"{len(notices)} context notices: {notices}")
+                title, detail, buttons = notices[0]
+                check(title == "This conversation no longer fits in the context window.", f"the notice's title is {title!r}")
+                need = re.fullmatch(
+                    r"It needs (\d{1,3}(?:,\d{3})+) tokens\. The context window holds 512 tokens\. Start a new chat, or raise the context length\.",
+                    detail,
+                )
+                check(need is not None, f"the notice reads {detail!r}")
+                check(int(need.group(1).replace(",", "")) > 1000, f"the conversation needs {need.group(1)} tokens, expected more than the pasted message")
+                check(buttons == ["New Chat", "Context Length…"], f"the notice offers {buttons}")
+                steps.shot("conversation-full")
+                win.click_notice_button("Context Length…")
+                dialog = win.need(testid("settings-dialog"), "Settings, from the notice's Context Length…")
+                wait_for("the settings to load", lambda: s.enabled(s.find(testid("settings-save"))), 15)
+                self.soon("Context Length… in the conversation's notice focuses the context length field", lambda: win.focused_testid() == "setting-contextLength", lambda: f"the focused field is {win.focused_testid()!r}")
+                steps.shot("context-length-field")
+                win.click(testid("settings-cancel"), "Cancel in Settings")
+                wait_for("Settings to close", lambda: not s.property(dialog, "open"), 10)
+                check(len(win.notices()) == 1, "the notice went away with Cancel")
+                win.click_notice_button("New Chat")
+            else:
+                print("e2e:   no notice to check (reported at the end); New Chat from the sidebar instead", flush=True)
+                steps.shot("conversation-full")
+                win.click(testid("new-chat"), "the New Chat button")
+            wait_for("an empty new chat", lambda: not s.find_all(testid("message")) and s.find(f'{testid("conversation-item")}.active') is None, 15)
+            check(win.notices() == [], f"the new chat shows a context notice: {win.notices()}")
+            check(s.text(s.find("#chat-title")) == "New Chat", f"the new chat is titled {s.text(s.find('#chat-title'))!r}")
+            check(win.draft() == "", f"the new chat's message field holds {win.draft()[:80]!r}")
+
+        with steps.step("a message too long on its own: one notice with its length, only Context Length…, nothing typed lost"):
+            self.paste_text(win, LONG_PASTE)
+            s.send_keys(win.need(testid("composer"), "the message field"), KEY_ENTER)
+            notices = wait_for("the context notice for the long message", win.notices, 60)
+            check(len(notices) == 1, f"{len(notices)} context notices: {notices}")
+            title, detail, buttons = notices[0]
+            check(title == "This message is too long for the context window.", f"the notice's title is {title!r}")
+            alone = re.fullmatch(
+                r"It is (\d{1,3}(?:,\d{3})+) tokens on its own\. The context window holds 512 tokens\. Shorten it, or raise the context length\.",
+                detail,
+            )
+            check(alone is not None, f"the notice reads {detail!r}")
+            check(buttons == ["Context Length…"], f"the notice offers {buttons}")
+            messages = win.messages()
+            kept = [m.text for m in messages if m.role == "user"]
+            check(
+                win.draft() == LONG_PASTE or " ".join(kept[-1:]).split() == LONG_PASTE.split(),
+                f"the long message was lost: the field holds {win.draft()[:80]!r}, the chat {messages}",
+            )
+            said = answer_stats_text(s, messages[-1].id)
+            self.later("the long message is said too long once, in the notice, not again under the failed answer", "context window" not in said, f"the answer's line says {said!r}")
+            steps.shot("message-too-long")
+            win.click_notice_button("Context Length…")
+            win.need(testid("settings-dialog"), "Settings, from the notice's Context Length…")
+            wait_for("the settings to load", lambda: s.enabled(s.find(testid("settings-save"))), 15)
+            self.soon("Context Length… in the long message's notice focuses the context length field", lambda: win.focused_testid() == "setting-contextLength", lambda: f"the focused field is {win.focused_testid()!r}")
+            win.fill_settings({"contextLength": restore["contextLength"], "maxTokens": str(SHORT_ANSWER)})
+            self.soon("the notice to go once the context length is raised", lambda: win.notices() == [], lambda: f"the notice still shows: {win.notices()}")
 
         with steps.step("after a restart the model reloads and the conversation opens as it was"):
             win = self.restart()
@@ -778,6 +1029,10 @@ class Scenario:
                 print(f"e2e:   refused {answer['cmd']}: {answer['detail'][:100]}")
             security.check_no_navigation(s)
             steps.shot("guards")
+
+        if self.put_off:
+            with steps.step("checks put off to the end (known app bugs) hold"):
+                raise TestFailure("; ".join(self.put_off))
 
         default_dir = self.home / ".local/share" / IDENTIFIER
         check(not default_dir.exists(), f"the app wrote outside --data-dir, into {default_dir}")
