@@ -592,6 +592,7 @@ describe("sending and streaming", () => {
   });
 
   it("shows a context notice when the conversation no longer fits", async () => {
+    backend.settings = { ...backend.settings, contextLength: 8000 };
     await mount();
     const sent = await sendText("Long");
     expect($("context-notice")).toBeNull();
@@ -602,15 +603,15 @@ describe("sending and streaming", () => {
       messageId: sent.assistantMessageId,
       error: {
         kind: "contextFull",
-        message: "This conversation needs 9,000 tokens, and the context window holds 8,192.",
-        context: { needed: 9000, window: 8192, alone: false },
+        message: "This conversation needs 8,100 tokens, and the context window holds 8,000.",
+        context: { needed: 8100, window: 8000, alone: false },
       },
     });
     const notice = $("context-notice");
     expect(notice?.getAttribute("role")).toBe("alert");
     const text = notice?.textContent ?? "";
     expect(text).toContain("This conversation no longer fits in the context window.");
-    expect(text).toContain("It needs 9,000 tokens. The context window holds 8,192 tokens.");
+    expect(text).toContain("It needs 8,100 tokens. The context window holds 8,000 tokens.");
     // Said once, not twice.
     expect(text.split("context window").length - 1).toBe(2);
     expect(text.split("new chat").length - 1).toBe(1);
@@ -618,9 +619,61 @@ describe("sending and streaming", () => {
       "New Chat",
       "Context Length…",
     ]);
+    // The failed answer's own line does not say it again while the notice does.
+    const answer = messages()[1] as HTMLElement;
+    expect(answer.querySelector('[data-testid="answer-stats"]')?.textContent).toBe("Not answered");
+    expect(root.querySelector(".messages")?.textContent).not.toContain("context window");
     click([...(notice?.querySelectorAll("button") ?? [])].find((b) => b.textContent === "Context Length…") ?? null);
     await settle();
     expect(($("settings-dialog") as HTMLDialogElement).open).toBe(true);
+    // Context Length… lands on the context length.
+    const field = $("setting-contextLength") as HTMLInputElement;
+    expect(document.activeElement).toBe(field);
+    // Raising it takes the notice down; the answer's line then says why it failed.
+    field.value = "8192";
+    click($("settings-save"));
+    await settle();
+    expect(callsOf("save_settings").at(-1)?.args).toMatchObject({ settings: { contextLength: 8192 } });
+    expect($("context-notice")).toBeNull();
+    expect(answer.querySelector('[data-testid="answer-stats"]')?.textContent).toContain(
+      "This conversation needs 8,100 tokens",
+    );
+  });
+
+  it("keeps the context notice when the failure arrives before the send command answers", async () => {
+    let release: () => void = () => {};
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const chat = backend.addConversation("Full", [message({ id: "u1", conversationId: "", role: "user", text: "a" })]);
+    const sent: Sent = {
+      conversation: backend.list().find((c) => c.id === chat.id)!,
+      userMessage: message({ id: "u2", conversationId: chat.id, role: "user", text: "more", position: 1 }),
+      assistantMessageId: "a2",
+      generationId: 77,
+    };
+    handle("send_message", async () => {
+      await gate;
+      return sent;
+    });
+    await mount();
+    click(root.querySelector(`[data-conversation-id="${chat.id}"] .item-button`));
+    await settle();
+    type("more");
+    press(composer(), "Enter");
+    await settle();
+    backend.event({
+      type: "error",
+      generationId: 77,
+      conversationId: chat.id,
+      messageId: "a2",
+      error: {
+        kind: "contextFull",
+        message: "This conversation needs 9,000 tokens, and the context window holds 8,192.",
+        context: { needed: 9000, window: 8192, alone: false },
+      },
+    });
+    release();
+    await settle();
+    expect($("context-notice")?.textContent).toContain("It needs 9,000 tokens.");
   });
 
   it("shows the context notice when sending is refused because the context is full", async () => {

@@ -225,7 +225,7 @@ export class App {
       pending.subscribe((attachments) => this.composer.setAttachments(attachments)),
       watch([status, model, setup, chat], () => this.refreshMain()),
       watch([conversations, chat], () => this.refreshTitle()),
-      watch([model, settings, chat, sending, generating], () => this.refreshChat()),
+      watch([model, settings, chat, sending, generating, contextFull], () => this.refreshChat()),
       watch([contextFull, chat], () => this.refreshNotice()),
       watch([model, sending, generating, chat], () => this.refreshComposer()),
     ];
@@ -277,8 +277,10 @@ export class App {
       const live = this.generations.forMessage(message.id);
       if (live) progress.set(message.id, { tokenCount: live.tokenCount, reading: live.reading });
     }
+    const full = this.state.contextFull.get();
     this.chat.setMessages(open.messages, {
       idle,
+      noticeShown: full !== null && full.conversationId === open.id,
       contextWindow: this.contextWindow(),
       progress,
       loading: open.loading,
@@ -295,7 +297,7 @@ export class App {
       notice && {
         ...contextNoticeText(notice),
         newChat: notice.reason === "message" ? null : () => this.newChat(),
-        openSettings: () => void this.settingsDialog.open(),
+        openSettings: () => void this.settingsDialog.open("contextLength"),
       },
     );
   }
@@ -566,6 +568,7 @@ export class App {
       }),
     };
     sending.set(true);
+    this.clearNotice(conversationId);
     chat.patch({ messages: [...messages, optimistic] });
     pending.set([]);
     this.composer.setText("");
@@ -589,6 +592,7 @@ export class App {
     const { id: conversationId, serial } = this.state.chat.get();
     if (!conversationId || this.generations.current() || this.state.sending.get()) return;
     this.state.sending.set(true);
+    this.clearNotice(conversationId);
     try {
       this.accept(await api.regenerate(conversationId), serial);
     } catch (error) {
@@ -604,6 +608,7 @@ export class App {
     if (!conversationId || this.generations.current() || sending.get()) return;
     chat.patch({ messages: [...before.filter((m) => m.position < message.position), { ...message, text }] });
     sending.set(true);
+    this.clearNotice(conversationId);
     try {
       this.accept(await api.editMessage(conversationId, message.id, text), serial);
     } catch (error) {
@@ -677,6 +682,14 @@ export class App {
     }
   }
 
+  /**
+   * Takes down the context notice of `conversationId` as a new answer is asked for — before the
+   * command, so that a failure arriving (as an event) before its reply is shown, not cleared.
+   */
+  private clearNotice(conversationId: string | null): void {
+    if (this.state.contextFull.get()?.conversationId === conversationId) this.state.contextFull.set(null);
+  }
+
   /** A generation has started: show the user's message and the answer taking shape. */
   private accept(sent: Sent, serial: number): void {
     const live = this.generations.start(sent);
@@ -684,7 +697,6 @@ export class App {
     const open = this.state.chat.get();
     const stillHere = serial === open.serial && (open.id === null || open.id === sent.conversation.id);
     if (stillHere) {
-      if (this.state.contextFull.get()?.conversationId === open.id) this.state.contextFull.set(null);
       const earlier = open.messages.filter(
         (message) => message.position < sent.userMessage.position && !message.id.startsWith(PENDING_PREFIX),
       );
@@ -887,9 +899,13 @@ export class App {
   // Settings
 
   private async saveSettings(settings: Settings): Promise<Settings> {
+    const before = this.contextWindow() ?? 0;
     const stored = await api.saveSettings(settings);
     this.state.settings.set(stored);
-    if (this.state.contextFull.get() && settings.contextLength > (this.contextWindow() ?? 0))
+    const full = this.state.contextFull.get();
+    const now = this.contextWindow() ?? 0;
+    // The notice goes once the window grew past the one it was about, or holds what it needed.
+    if (full && (now > (full.window ?? before) || (full.needed !== null && full.needed < now)))
       this.state.contextFull.set(null);
     return stored;
   }

@@ -12,6 +12,8 @@ export interface ChatContext {
   /** No answer is being generated anywhere. */
   idle: boolean;
   contextWindow: number | null;
+  /** The context notice is shown for this conversation (it says why the last answer failed). */
+  noticeShown: boolean;
   /** Where each streaming answer stands, by message id. */
   progress: Map<string, StreamProgress>;
   /** The conversation's messages are still being read: show nothing rather than the empty state. */
@@ -107,6 +109,7 @@ export class ChatView {
       const flags: MessageFlags = {
         idle: context.idle,
         lastAnswer: message === lastAnswer && message === visible[visible.length - 1],
+        errorInNotice: context.noticeShown && message === visible[visible.length - 1],
         contextWindow: context.contextWindow,
         progress: context.progress.get(message.id) ?? NO_PROGRESS,
       };

@@ -31,6 +31,8 @@ export interface MessageFlags {
   lastAnswer: boolean;
   /** Tokens the model can hold, for "context used". */
   contextWindow: number | null;
+  /** The context notice says why this answer failed: its own line does not say it again. */
+  errorInNotice: boolean;
   /** Where the answer stands while streaming. */
   progress: StreamProgress;
 }
@@ -76,7 +78,8 @@ export class MessageView {
       message !== this.message ||
       flags.idle !== this.flags.idle ||
       flags.lastAnswer !== this.flags.lastAnswer ||
-      flags.contextWindow !== this.flags.contextWindow;
+      flags.contextWindow !== this.flags.contextWindow ||
+      flags.errorInNotice !== this.flags.errorInNotice;
     this.message = message;
     this.flags = flags;
     if (!changed || this.editing) return;
@@ -191,7 +194,7 @@ export class MessageView {
       if (status === "streaming") {
         parts.push(streamingNote(this.flags.progress));
       } else {
-        const stats = answerStats(this.message, this.flags.contextWindow);
+        const stats = answerStats(this.message, this.flags.contextWindow, this.flags.errorInNotice);
         if (stats) parts.push(stats);
       }
     }
@@ -303,7 +306,7 @@ export class MessageView {
 }
 
 /** The line under an answer: speed, latency, size, context used, and how it ended. */
-export function answerStats(message: Message, contextWindow: number | null): HTMLElement | null {
+export function answerStats(message: Message, contextWindow: number | null, errorInNotice = false): HTMLElement | null {
   const { usage, status, error } = message;
   if (!usage && status === "complete") return null;
   const stats = el("div", { class: "answer-stats", "data-testid": "answer-stats" });
@@ -346,7 +349,8 @@ export function answerStats(message: Message, contextWindow: number | null): HTM
   if (status === "stopped") stats.append(el("span", { class: "mark stopped" }, "Stopped"));
   else if (usage?.stopReason === "maxTokens") stats.append(el("span", { class: "mark" }, "Reached the token limit"));
   else if (usage?.stopReason === "contextFull") stats.append(el("span", { class: "mark warning" }, "Context full"));
-  if (status === "error") stats.append(el("span", { class: "message-error" }, error ?? "The answer failed."));
+  if (status === "error" && errorInNotice) stats.append(el("span", { class: "mark warning" }, "Not answered"));
+  else if (status === "error") stats.append(el("span", { class: "message-error" }, error ?? "The answer failed."));
   return stats;
 }
 

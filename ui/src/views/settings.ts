@@ -140,7 +140,8 @@ export class SettingsDialog {
     return this.element.open;
   }
 
-  async open(): Promise<void> {
+  /** Opens the dialog with `focus` focused (the system prompt unless another field is asked for). */
+  async open(focus: "systemPrompt" | NumberKey = "systemPrompt"): Promise<void> {
     if (this.element.open) return;
     this.opener = document.activeElement instanceof HTMLElement ? document.activeElement : null;
     this.showError(null);
@@ -154,7 +155,9 @@ export class SettingsDialog {
     } catch (error) {
       this.showError(`Could not read the settings: ${errorMessage(error)}`);
     }
-    this.inputs.get("systemPrompt")?.focus();
+    const field = this.inputs.get(focus);
+    field?.focus();
+    field?.scrollIntoView?.({ block: "nearest" });
   }
 
   close(): void {
