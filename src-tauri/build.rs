@@ -33,6 +33,8 @@ const COMMANDS: &[&str] = &[
     "attachment_view",
     "faster_answers",
     "set_faster_answers",
+    "download_drafter",
+    "cancel_drafter_download",
 ];
 
 fn main() {

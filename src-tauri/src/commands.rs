@@ -91,6 +91,18 @@ pub async fn set_faster_answers(state: Shared<'_>, on: bool) -> Result<FasterAns
     blocking(move || models.set_faster_answers(on)).await
 }
 
+/// Starts downloading the assistant drafter for faster answers; progress comes as
+/// `faster-answers` events.
+#[tauri::command]
+pub fn download_drafter(state: Shared<'_>) -> Result<FasterAnswers, Error> {
+    state.models.start_drafter_download()
+}
+
+#[tauri::command]
+pub fn cancel_drafter_download(state: Shared<'_>) {
+    state.models.cancel_drafter_download();
+}
+
 #[tauri::command]
 pub fn memory_usage() -> MemoryUsage {
     memory::read()

@@ -6,18 +6,22 @@ use tauri::{AppHandle, Emitter};
 
 use crate::attachments::DropEvent;
 use crate::chat::GenerationEvent;
+use crate::faster::FasterAnswers;
 use crate::model_setup::ModelState;
 
 /// Event names the UI listens to.
 pub const MODEL_STATE: &str = "model-state";
 pub const GENERATION: &str = "generation";
 pub const DROP: &str = "drop";
+pub const FASTER_ANSWERS: &str = "faster-answers";
 
 /// Where events go.
 pub trait Events: Send + Sync + 'static {
     fn model_state(&self, state: &ModelState);
     fn generation(&self, event: &GenerationEvent);
     fn dropped(&self, event: &DropEvent);
+    /// Where "Faster answers" stands, when it changes by itself (a drafter download).
+    fn faster_answers(&self, state: &FasterAnswers);
 }
 
 impl Events for AppHandle {
@@ -31,6 +35,10 @@ impl Events for AppHandle {
 
     fn dropped(&self, event: &DropEvent) {
         emit(self, DROP, event);
+    }
+
+    fn faster_answers(&self, state: &FasterAnswers) {
+        emit(self, FASTER_ANSWERS, state);
     }
 }
 
@@ -52,6 +60,7 @@ pub mod recorded {
     pub enum Recorded {
         ModelState(ModelState),
         Generation(GenerationEvent),
+        FasterAnswers(FasterAnswers),
     }
 
     #[derive(Default)]
@@ -78,5 +87,11 @@ pub mod recorded {
         }
         /// Drops come from the window only; no logic under test emits them.
         fn dropped(&self, _: &DropEvent) {}
+        fn faster_answers(&self, state: &FasterAnswers) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(Recorded::FasterAnswers(state.clone()));
+        }
     }
 }

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use engine::worker::Engine;
-use model_store::HfCache;
+use model_store::{DownloadProgress, HfCache};
 use serde::Serialize;
 use ts_rs::TS;
 
@@ -31,9 +31,18 @@ pub enum FasterAnswers {
         #[ts(type = "number")]
         parameters: u64,
     },
-    /// On, but no drafter is on this computer: `repo` is the one to get.
+    /// On, but no drafter is on this computer: `repo` is the one to get (Settings offers to
+    /// download it); `failed` says why the last download of it stopped.
     #[serde(rename_all = "camelCase")]
-    Missing { repo: String, models_dir: String },
+    Missing {
+        repo: String,
+        models_dir: String,
+        failed: Option<String>,
+    },
+    /// The drafter is being downloaded into the models folder; the model answers alone
+    /// meanwhile.
+    #[serde(rename_all = "camelCase")]
+    Downloading { progress: DownloadProgress },
     /// Every drafter found was refused; the first one and why.
     #[serde(rename_all = "camelCase")]
     Refused { drafter: String, reason: String },
@@ -78,5 +87,6 @@ pub fn apply(
     refused.unwrap_or_else(|| FasterAnswers::Missing {
         repo: model_store::DRAFTER_REPO.to_string(),
         models_dir: shown(models_dir),
+        failed: None,
     })
 }

@@ -101,6 +101,8 @@ pub struct Models {
     hub_url: String,
     state: Mutex<ModelState>,
     download: Mutex<Option<Arc<AtomicBool>>>,
+    /// A download of the drafter (Settings → Faster answers), running beside the model.
+    drafter_download: Mutex<Option<Arc<AtomicBool>>>,
     /// Held while a model is loaded or forgotten, so that one change of model ends (state
     /// and engine agreeing) before the next begins.
     switching: Mutex<()>,
@@ -126,6 +128,7 @@ impl Models {
             hub_url,
             state: Mutex::new(ModelState::None),
             download: Mutex::new(None),
+            drafter_download: Mutex::new(None),
             switching: Mutex::new(()),
             events,
             faster: Mutex::new(FasterAnswers::NoModel),
@@ -273,6 +276,82 @@ impl Models {
         Ok(self.faster_answers())
     }
 
+    /// Downloads the drafter ([`models::DRAFTER_REPO`], ~159 MB) into the models folder on a
+    /// background thread, then uses it for the loaded model. The model keeps answering alone
+    /// meanwhile; progress and the outcome come as `faster-answers` events. Running already:
+    /// where it stands.
+    pub fn start_drafter_download(self: &Arc<Self>) -> Result<FasterAnswers, Error> {
+        if !matches!(self.state(), ModelState::Ready { .. }) {
+            return Err(Error::NoModel);
+        }
+        let cancel = {
+            let mut download = lock(&self.drafter_download);
+            if download.is_some() {
+                return Ok(self.faster_answers());
+            }
+            let cancel = Arc::new(AtomicBool::new(false));
+            *download = Some(cancel.clone());
+            cancel
+        };
+        let this = self.clone();
+        std::thread::Builder::new()
+            .name("drafter-download".into())
+            .spawn(move || {
+                this.download_drafter(&cancel);
+                *lock(&this.drafter_download) = None;
+            })
+            .map_err(|e| Error::Internal(format!("could not start the download: {e}")))?;
+        Ok(self.faster_answers())
+    }
+
+    /// Stops a running drafter download; what arrived is kept for the next try.
+    pub fn cancel_drafter_download(&self) {
+        if let Some(cancel) = lock(&self.drafter_download).as_ref() {
+            cancel.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn download_drafter(&self, cancel: &AtomicBool) {
+        let download = models::Download::new(&self.models_dir)
+            .repo(models::DRAFTER_REPO)
+            .hub(models::Hub::new(self.hub_url.clone()));
+        let result = download.run(
+            &mut |progress: &DownloadProgress| {
+                self.set_faster(FasterAnswers::Downloading {
+                    progress: progress.clone(),
+                })
+            },
+            cancel,
+        );
+        let _switching = lock(&self.switching);
+        let ModelState::Ready { dir, .. } = self.state() else {
+            self.set_faster(FasterAnswers::NoModel);
+            return;
+        };
+        // Found in the models folder now, checked against the model like any drafter.
+        self.apply_faster_answers(Path::new(&dir));
+        if let (Err(err), false) = (result, cancel.load(Ordering::Relaxed)) {
+            let state = match self.faster_answers() {
+                FasterAnswers::Missing {
+                    repo, models_dir, ..
+                } => FasterAnswers::Missing {
+                    repo,
+                    models_dir,
+                    failed: Some(format!(
+                        "The download stopped: {err}. Try again to resume it."
+                    )),
+                },
+                other => other,
+            };
+            self.set_faster(state);
+        }
+    }
+
+    fn set_faster(&self, state: FasterAnswers) {
+        *lock(&self.faster) = state.clone();
+        self.events.faster_answers(&state);
+    }
+
     /// Finds and sets the drafter for the model in `model_dir` (the engine has just loaded it,
     /// without one), as the switch says.
     fn apply_faster_answers(&self, model_dir: &Path) {
@@ -284,7 +363,7 @@ impl Models {
             &self.models_dir,
             &self.hf_cache,
         );
-        *lock(&self.faster) = state;
+        self.set_faster(state);
     }
 
     /// A download of the app's, in its models folder, goes by its repository id, as it did

@@ -1457,6 +1457,117 @@ fn a_drafter_that_does_not_fit_is_refused_in_words_and_a_missing_one_is_named() 
 }
 
 #[test]
+fn the_drafter_downloads_from_settings_while_the_model_answers_then_drafts() {
+    use crate::faster::FasterAnswers;
+    let repo = model_store::DRAFTER_REPO;
+    let h = Harness::with_hub(&serve_hub(repo, &fixture_named("tiny-assistant")));
+    Settings::set_faster_answers(&h.state.store, true).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    h.state
+        .models
+        .choose(&model_with_drafter(root.path(), None))
+        .unwrap();
+    assert!(matches!(
+        h.state.models.faster_answers(),
+        FasterAnswers::Missing { failed: None, .. }
+    ));
+
+    h.state.models.start_drafter_download().unwrap();
+    // The model answers while the drafter downloads (alone, not drafted).
+    let sent = h.send("Hello there", &short()).unwrap();
+    assert!(matches!(
+        h.finish(sent.generation_id).last(),
+        Some(GenerationEvent::Done { .. })
+    ));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let drafter = loop {
+        match h.state.models.faster_answers() {
+            FasterAnswers::On { drafter, .. } => break drafter,
+            FasterAnswers::Missing {
+                failed: Some(why), ..
+            } => panic!("{why}"),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "the drafter did not arrive");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let folder = h
+        .data_dir
+        .join("models")
+        .join("gemma-4-E4B-it-assistant-bf16");
+    assert_eq!(drafter, folder.display().to_string());
+    // Progress was shown, in the drafter's bytes, and the last word was "on".
+    let total: u64 = std::fs::read_dir(fixture_named("tiny-assistant"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    let shown: Vec<FasterAnswers> = h
+        .events
+        .all()
+        .into_iter()
+        .filter_map(|e| match e {
+            Recorded::FasterAnswers(state) => Some(state),
+            _ => None,
+        })
+        .collect();
+    assert!(shown.iter().any(
+        |s| matches!(s, FasterAnswers::Downloading { progress } if progress.bytes_total == total)
+    ));
+    assert!(
+        matches!(shown.last(), Some(FasterAnswers::On { .. })),
+        "{shown:?}"
+    );
+    // Answers are drafted now.
+    let sent = h.send("And the sea?", &short()).unwrap();
+    let events = h.finish(sent.generation_id);
+    let Some(GenerationEvent::Done { usage, .. }) = events.last() else {
+        panic!("{events:?}");
+    };
+    assert!(usage.tokens_per_round.is_some(), "{usage:?}");
+}
+
+#[test]
+fn a_drafter_download_that_fails_says_why_and_the_model_answers_alone() {
+    use crate::faster::FasterAnswers;
+    // The hub knows another repository only: the drafter's file list is a 404.
+    let h = Harness::with_hub(&serve_hub("someone/else", &fixture_named("tiny-assistant")));
+    Settings::set_faster_answers(&h.state.store, true).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    h.state
+        .models
+        .choose(&model_with_drafter(root.path(), None))
+        .unwrap();
+    h.state.models.start_drafter_download().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let why = loop {
+        if let FasterAnswers::Missing {
+            failed: Some(why), ..
+        } = h.state.models.faster_answers()
+        {
+            break why;
+        }
+        assert!(Instant::now() < deadline, "the failure was not said");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        why.starts_with("The download stopped: ") && why.contains("404"),
+        "{why}"
+    );
+    let sent = h.send("Hello", &short()).unwrap();
+    let events = h.finish(sent.generation_id);
+    let Some(GenerationEvent::Done { usage, .. }) = events.last() else {
+        panic!("{events:?}");
+    };
+    assert_eq!(usage.tokens_per_round, None);
+    // With no model there is nothing to draft for.
+    h.state.models.forget().unwrap();
+    assert!(matches!(
+        h.state.models.start_drafter_download(),
+        Err(Error::NoModel)
+    ));
+}
+
+#[test]
 fn every_command_is_registered_allowed_and_in_the_manifest() {
     // A command missing from build.rs or the capability is refused in the real window only.
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

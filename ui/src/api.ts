@@ -257,6 +257,16 @@ export function setFasterAnswers(on: boolean): Promise<FasterAnswers> {
   return call("set_faster_answers", { on });
 }
 
+/** Starts downloading the assistant model; progress arrives through `onFasterAnswers`. */
+export function downloadDrafter(): Promise<FasterAnswers> {
+  return call("download_drafter");
+}
+
+/** Stops the assistant model's download; what arrived is kept for the next try. */
+export function cancelDrafterDownload(): Promise<void> {
+  return call("cancel_drafter_download");
+}
+
 /** A `data:` URL of a saved attachment, full size (up to 2048 pixels a side). */
 export function attachmentView(attachmentId: string): Promise<string> {
   return call("attachment_view", { attachmentId });
@@ -282,6 +292,10 @@ export function onModelState(handler: (state: ModelState) => void): Promise<Unli
 
 export function onGeneration(handler: (event: GenerationEvent) => void): Promise<UnlistenFn> {
   return listen<GenerationEvent>("generation", (event) => handler(event.payload));
+}
+
+export function onFasterAnswers(handler: (state: FasterAnswers) => void): Promise<UnlistenFn> {
+  return listen<FasterAnswers>("faster-answers", (event) => handler(event.payload));
 }
 
 export function onDrop(handler: (event: DropEvent) => void): Promise<UnlistenFn> {

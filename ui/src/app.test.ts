@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 
 import type { ModelState, Sent } from "./api";
 import { mountApp, type App } from "./app";
-import { DOWNLOADS, FakeBackend, message, READY, usage } from "./test/backend";
+import { DOWNLOADS, drafterProgress, FakeBackend, message, READY, usage } from "./test/backend";
 import { callsOf, emit, handle, resetTauri } from "./test/fake-tauri";
 
 vi.mock("@tauri-apps/api/core", () => import("./test/fake-tauri"));
@@ -1208,7 +1208,7 @@ describe("faster answers (Settings)", () => {
     const panel = await openFaster();
     const status = () => panel.querySelector('[data-testid="faster-status"]')?.textContent ?? "";
     const toggle = () => panel.querySelector<HTMLInputElement>('[data-testid="faster-toggle"]');
-    expect(status()).toContain("No assistant model was found. Download mlx-community/gemma-4-E4B-it-assistant-bf16");
+    expect(status()).toContain("No assistant model was found: download mlx-community/gemma-4-E4B-it-assistant-bf16");
     expect(toggle()?.checked).toBe(true);
     const box = toggle() as HTMLInputElement;
     box.checked = false;
@@ -1224,6 +1224,48 @@ describe("faster answers (Settings)", () => {
     again.dispatchEvent(new Event("change"));
     await settle();
     expect(status()).toContain("drafts 3 tokens at a time and the model checks them");
+  });
+
+  it("downloads the assistant model with progress and Cancel, then says it drafts", async () => {
+    const panel = await openFaster();
+    click(panel.querySelector('[data-testid="faster-download"]'));
+    await settle();
+    expect(callsOf("download_drafter")).toHaveLength(1);
+    backend.fasterChanged({ state: "downloading", progress: drafterProgress(53_000_000) });
+    const status = () => panel.querySelector('[data-testid="faster-status"]')?.textContent ?? "";
+    expect(status()).toContain("Downloading the assistant model: 53 MB of 159 MB, 12 MB/s");
+    expect(status()).toContain("Answers come from the model alone until it is here.");
+    const bar = panel.querySelector('[data-testid="faster-download-progress"]');
+    expect([bar?.getAttribute("value"), bar?.getAttribute("max")]).toEqual(["53000000", "159000000"]);
+    expect(panel.querySelector('[data-testid="faster-download"]')).toBeNull();
+    click(panel.querySelector('[data-testid="faster-cancel-download"]'));
+    await settle();
+    expect(callsOf("cancel_drafter_download")).toHaveLength(1);
+    backend.fasterChanged({
+      state: "on",
+      drafter: "/models/gemma-4-E4B-it-assistant-bf16",
+      blockSize: 4,
+      parameters: 78_517_764,
+    });
+    expect(status()).toContain("On: /models/gemma-4-E4B-it-assistant-bf16 drafts 3 tokens at a time");
+    expect(panel.querySelector('[data-testid="faster-download-progress"]')).toBeNull();
+  });
+
+  it("says why the last download of the assistant model stopped, and offers it again", async () => {
+    backend.faster = {
+      state: "missing",
+      repo: "mlx-community/gemma-4-E4B-it-assistant-bf16",
+      modelsDir: "/models",
+      failed:
+        "The download stopped: cannot reach huggingface.co; check the internet connection. Try again to resume it.",
+    };
+    const panel = await openFaster();
+    expect(panel.querySelector('[data-testid="faster-download-failed"]')?.textContent).toContain(
+      "cannot reach huggingface.co",
+    );
+    expect(panel.querySelector('[data-testid="faster-download"]')?.textContent).toBe(
+      "Download Assistant Model (159 MB)",
+    );
   });
 
   it("says why a drafter cannot be used, and a refused switch in words", async () => {

@@ -72,6 +72,7 @@ export class App {
   private readonly statusBar = new StatusBar();
   private readonly toasts = new Toasts();
   private readonly settingsDialog: SettingsDialog;
+  private readonly fasterPanel: FasterPanel;
   private readonly dropOverlay = el(
     "div",
     { class: "drop-overlay", "data-testid": "drop-overlay", hidden: true, "aria-hidden": "true" },
@@ -138,7 +139,10 @@ export class App {
     const fasterPanel = new FasterPanel({
       load: () => api.fasterAnswers(),
       set: (on) => api.setFasterAnswers(on),
+      download: () => api.downloadDrafter(),
+      cancelDownload: () => api.cancelDrafterDownload(),
     });
+    this.fasterPanel = fasterPanel;
     this.settingsDialog = new SettingsDialog(
       {
         load: () => api.getSettings(),
@@ -171,6 +175,7 @@ export class App {
         await api.onModelState((state) => this.applyModelState(state)),
         await api.onGeneration((event) => this.onGeneration(event)),
         await api.onDrop((event) => this.onDrop(event)),
+        await api.onFasterAnswers((state) => this.fasterPanel.show(state)),
       );
     } catch (error) {
       this.toasts.show(`Live updates are unavailable: ${errorMessage(error)}`);

@@ -3,6 +3,7 @@ import type {
   AppStatus,
   Conversation,
   ConversationSummary,
+  DownloadProgress,
   FasterAnswers,
   GenerationEvent,
   ImportReport,
@@ -117,6 +118,7 @@ export class FakeBackend {
     state: "missing",
     repo: "mlx-community/gemma-4-E4B-it-assistant-bf16",
     modelsDir: "/models",
+    failed: null,
   };
   /** What `import_json` answers next (null: the dialog was cancelled). */
   importReport: ImportReport | null = null;
@@ -178,6 +180,11 @@ export class FakeBackend {
     handle("export_json", ({ id }) => `/Users/ada/Documents/${typeof id === "string" ? id : "all"}.json`);
     handle("import_json", () => ({ report: this.importReport }));
     handle("faster_answers", () => this.faster);
+    handle("download_drafter", () => {
+      this.faster = { state: "downloading", progress: drafterProgress(0) };
+      return this.faster;
+    });
+    handle("cancel_drafter_download", () => undefined);
     handle("set_faster_answers", ({ on }) => {
       this.faster = on
         ? { state: "on", drafter: "/models/gemma-4-E4B-it-assistant-bf16", blockSize: 4, parameters: 78_517_764 }
@@ -278,6 +285,12 @@ export class FakeBackend {
     emit("generation", event);
   }
 
+  /** Where "Faster answers" stands now, pushed as the backend does during a download. */
+  fasterChanged(state: FasterAnswers): void {
+    this.faster = state;
+    emit("faster-answers", state);
+  }
+
   private summary(conversation: Conversation): ConversationSummary {
     return this.list().find((c) => c.id === conversation.id) as ConversationSummary;
   }
@@ -350,4 +363,17 @@ export class FakeBackend {
     this.sent.push(sent);
     return sent;
   }
+}
+
+/** The assistant model's download, `done` bytes in. */
+export function drafterProgress(done: number): DownloadProgress {
+  return {
+    file: "model.safetensors",
+    filesDone: 0,
+    filesTotal: 5,
+    bytesDone: done,
+    bytesTotal: 159_000_000,
+    bytesPerSecond: 12_000_000,
+    etaSeconds: 12,
+  };
 }

@@ -5,11 +5,15 @@
  */
 import { errorMessage, type FasterAnswers } from "../api";
 import { el } from "../dom";
+import { formatBytes, formatEta, formatSpeed } from "../format";
 
 export interface FasterPanelHandlers {
   load(): Promise<FasterAnswers>;
   /** Switches it and answers where it then stands; rejects in words. */
   set(on: boolean): Promise<FasterAnswers>;
+  /** Starts downloading the assistant model (progress comes through `show`). */
+  download(): Promise<FasterAnswers>;
+  cancelDownload(): Promise<void>;
 }
 
 /** What the panel says under its switch. */
@@ -24,7 +28,11 @@ export function describeFaster(state: FasterAnswers): string {
     case "on":
       return `On: ${state.drafter} drafts ${state.blockSize - 1} tokens at a time and the model checks them; the answer is the model's own. Under each answer: tokens per round.`;
     case "missing":
-      return `No assistant model was found. Download ${state.repo} (about 159 MB) into ${state.modelsDir}, or put it beside the model's folder, then load the model again.`;
+      return `No assistant model was found: download ${state.repo} (about 159 MB) here, or put it beside the model's folder or in ${state.modelsDir}. Answers come from the model alone meanwhile.`;
+    case "downloading": {
+      const { bytesDone, bytesTotal, bytesPerSecond, etaSeconds } = state.progress;
+      return `Downloading the assistant model: ${formatBytes(bytesDone)} of ${formatBytes(bytesTotal)}, ${formatSpeed(bytesPerSecond)}, ${formatEta(etaSeconds)}. Answers come from the model alone until it is here.`;
+    }
     case "refused":
       return `${state.drafter} cannot be used: ${state.reason}. Answers come from the model alone.`;
   }
@@ -50,8 +58,14 @@ export class FasterPanel {
     void this.run(() => this.handlers.load());
   }
 
+  /** Shows where it stands now (the backend's `faster-answers` events: a download going on). */
+  show(state: FasterAnswers): void {
+    this.state = state;
+    this.render();
+  }
+
   private render(): void {
-    const switchedOn = this.state.state === "on" || this.state.state === "missing" || this.state.state === "refused";
+    const switchedOn = this.state.state !== "off" && this.state.state !== "noModel";
     const toggle = el("input", {
       type: "checkbox",
       id: "faster-answers",
@@ -81,9 +95,51 @@ export class FasterPanel {
         { class: "field-help", id: "faster-status", "data-testid": "faster-status", role: "status" },
         describeFaster(this.state),
       ),
+      this.downloadRow(),
       this.error === null
         ? ""
         : el("p", { class: "form-error", role: "alert", "data-testid": "faster-error" }, this.error),
+    );
+  }
+
+  /** Download (when none was found, with why the last try stopped), or its bar and Cancel. */
+  private downloadRow(): HTMLElement | string {
+    const { state } = this;
+    if (state.state === "downloading") {
+      const { bytesDone, bytesTotal } = state.progress;
+      const cancel = el("button", { type: "button", "data-testid": "faster-cancel-download" }, "Cancel Download");
+      cancel.addEventListener("click", () => {
+        this.handlers.cancelDownload().catch((error: unknown) => {
+          this.error = `Could not cancel the download: ${errorMessage(error)}`;
+          this.render();
+        });
+      });
+      return el(
+        "div",
+        { class: "faster-download" },
+        el("progress", {
+          max: String(Math.max(bytesTotal, 1)),
+          value: String(bytesDone),
+          "aria-label": "Assistant model downloaded",
+          "data-testid": "faster-download-progress",
+        }),
+        cancel,
+      );
+    }
+    if (state.state !== "missing") return "";
+    const download = el(
+      "button",
+      { type: "button", class: "primary", "data-testid": "faster-download", disabled: this.busy },
+      "Download Assistant Model (159 MB)",
+    );
+    download.addEventListener("click", () => void this.run(() => this.handlers.download()));
+    return el(
+      "div",
+      { class: "faster-download" },
+      state.failed === null
+        ? ""
+        : el("p", { class: "form-error", role: "alert", "data-testid": "faster-download-failed" }, state.failed),
+      download,
     );
   }
 

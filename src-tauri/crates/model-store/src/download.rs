@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::discovery::check_folder;
 use super::disk::{available_space, is_disk_full};
+use super::drafter::is_drafter;
 use super::error::DownloadError;
 use super::http::{host_of, Client};
 use super::hub::{Hub, RepoFile};
@@ -96,9 +97,11 @@ impl Download {
         }
         let destination = self.destination();
         if destination.exists() {
-            return match check_folder(&destination) {
-                Ok(_) => Ok(destination),
-                Err(_) => Err(DownloadError::DestinationExists { path: destination }),
+            // A model, or Gemma 4's assistant drafter (a repository of its own, docs/SPECULATIVE.md).
+            return if check_folder(&destination).is_ok() || is_drafter(&destination) {
+                Ok(destination)
+            } else {
+                Err(DownloadError::DestinationExists { path: destination })
             };
         }
         let staging = self.staging_dir();
