@@ -42,12 +42,28 @@ pub enum ModelState {
         vision: bool,
         /// What the checkpoint is: size on disk, quantization, parameters, towers.
         checkpoint: ModelCandidate,
+        /// Another checkpoint downloading (Settings → Model) while this one keeps answering.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[ts(optional)]
+        download: Option<Box<SideDownload>>,
     },
     /// Loading or downloading failed; `message` says why in words.
     Failed {
         dir: Option<String>,
         message: String,
     },
+}
+
+/// A download of another checkpoint beside the model in use: it answers until the new one is
+/// there and loads in its place.
+#[derive(Debug, Clone, PartialEq, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+pub struct SideDownload {
+    pub repo: String,
+    /// How far it is; `None` before the first report and once it has stopped.
+    pub progress: Option<DownloadProgress>,
+    /// Why it stopped, when it failed (trying again resumes it).
+    pub failed: Option<String>,
 }
 
 /// The checkpoints the app offers to download: (repository, label). The first is the default.
@@ -243,6 +259,7 @@ impl Models {
                     context_window,
                     vision: info.vision,
                     checkpoint: candidate.clone(),
+                    download: None,
                 };
                 let _ = Settings::remember_model(&self.store, Some(&dir));
                 self.apply_faster_answers(&candidate.dir);
@@ -419,17 +436,46 @@ impl Models {
 
     fn download(&self, repo: &str, cancel: &AtomicBool) {
         let before = self.state();
+        // With a model in use, it keeps answering: the download shows beside it.
+        let beside = matches!(before, ModelState::Ready { .. });
+        let side = |progress: Option<DownloadProgress>, failed: Option<String>| SideDownload {
+            repo: repo.to_owned(),
+            progress,
+            failed,
+        };
+        if beside {
+            self.set_side_download(Some(side(None, None)));
+        }
         let download = models::Download::new(&self.models_dir)
             .repo(repo)
             .hub(models::Hub::new(self.hub_url.clone()));
         let result = download.run(
             &mut |progress: &DownloadProgress| {
-                self.set(ModelState::Downloading {
-                    progress: progress.clone(),
-                })
+                if beside {
+                    self.set_side_download(Some(side(Some(progress.clone()), None)));
+                } else {
+                    self.set(ModelState::Downloading {
+                        progress: progress.clone(),
+                    })
+                }
             },
             cancel,
         );
+        if beside {
+            match &result {
+                Err(_) if cancel.load(Ordering::Relaxed) => self.set_side_download(None),
+                Err(err) => {
+                    self.set_side_download(Some(side(
+                        None,
+                        Some(format!(
+                            "The download stopped: {err}. Try again to resume it."
+                        )),
+                    )));
+                    return;
+                }
+                Ok(_) => {}
+            }
+        }
         match result {
             Ok(dir) => match models::check_folder(&dir) {
                 Ok(candidate) => {
@@ -449,6 +495,17 @@ impl Models {
                 dir: None,
                 message: format!("The download stopped: {err}. Try again to resume it."),
             }),
+        }
+    }
+
+    /// Shows `download` beside the model in use (nothing when no model is ready).
+    fn set_side_download(&self, download: Option<SideDownload>) {
+        let mut state = lock(&self.state);
+        if let ModelState::Ready { download: side, .. } = &mut *state {
+            *side = download.map(Box::new);
+            let shown = state.clone();
+            drop(state);
+            self.events.model_state(&shown);
         }
     }
 

@@ -1317,10 +1317,25 @@ fn settings_can_download_another_build_which_then_replaces_the_model_in_use() {
         .unwrap()
         .map(|e| e.unwrap().metadata().unwrap().len())
         .sum();
-    let progress: Vec<u64> = model_states(&h.events)
+    // The model in use stayed ready (chatting goes on) with the download shown beside it.
+    let states = model_states(&h.events);
+    assert!(
+        !states
+            .iter()
+            .any(|s| matches!(s, ModelState::Downloading { .. })),
+        "the download took the model's place: {states:?}"
+    );
+    let progress: Vec<u64> = states
         .into_iter()
         .filter_map(|s| match s {
-            ModelState::Downloading { progress } => Some(progress.bytes_total),
+            ModelState::Ready {
+                name,
+                download: Some(side),
+                ..
+            } => {
+                assert_eq!((name.as_str(), side.repo.as_str()), ("tiny", repo));
+                side.progress.map(|p| p.bytes_total)
+            }
             _ => None,
         })
         .collect();
@@ -1338,6 +1353,40 @@ fn settings_can_download_another_build_which_then_replaces_the_model_in_use() {
     let (state, _, _dir) = h.restart();
     state.models.load_at_startup();
     assert!(matches!(state.models.state(), ModelState::Ready { name, .. } if name == repo));
+}
+
+#[test]
+fn a_download_beside_the_model_that_fails_says_why_and_the_model_keeps_answering() {
+    // The hub has no such repository: the file list is a 404.
+    let h = Harness::with_hub(&serve_hub("someone/else", &fixture_named("tiny-plmp-bf16")));
+    h.state.models.choose(&fixture()).unwrap();
+    h.state
+        .models
+        .start_download(Some("mlx-community/gemma-4-e4b-it-8bit"))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let failed = loop {
+        if let ModelState::Ready {
+            download: Some(side),
+            ..
+        } = h.state.models.state()
+        {
+            if let Some(why) = side.failed {
+                break why;
+            }
+        }
+        assert!(Instant::now() < deadline, "the failure was not said");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        failed.starts_with("The download stopped: ") && failed.contains("404"),
+        "{failed}"
+    );
+    let sent = h.send("Hello there", &short()).unwrap();
+    assert!(matches!(
+        h.finish(sent.generation_id).last(),
+        Some(GenerationEvent::Done { .. })
+    ));
 }
 
 // ------------------------------------------------------------------ faster answers

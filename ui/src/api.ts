@@ -24,6 +24,7 @@ import type { Message } from "./bindings/Message";
 import type { ModelCandidate } from "./bindings/ModelCandidate";
 import type { MessageStatus } from "./bindings/MessageStatus";
 import type { ModelState } from "./bindings/ModelState";
+import type { SideDownload } from "./bindings/SideDownload";
 import type { PendingAttachment } from "./bindings/PendingAttachment";
 import type { SearchHit } from "./bindings/SearchHit";
 import type { SendRequest } from "./bindings/SendRequest";
@@ -53,6 +54,7 @@ export type {
   MessageStatus,
   ModelCandidate,
   ModelState,
+  SideDownload,
   PendingAttachment,
   SearchHit,
   SendRequest,

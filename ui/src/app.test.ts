@@ -1414,23 +1414,57 @@ describe("settings → model", () => {
     click($("model-download"));
     await settle();
     expect(callsOf("download_model").at(-1)?.args).toEqual({ repo: "mlx-community/gemma-4-e4b-it-8bit" });
+    // The model in use stays ready, the download beside it.
     emit("model-state", {
-      state: "downloading",
-      progress: {
-        file: "model.safetensors",
-        filesDone: 0,
-        filesTotal: 3,
-        bytesDone: 2_000_000_000,
-        bytesTotal: 8_000_000_000,
-        bytesPerSecond: 50_000_000,
-        etaSeconds: 120,
+      ...READY,
+      download: {
+        repo: "mlx-community/gemma-4-e4b-it-8bit",
+        progress: {
+          file: "model.safetensors",
+          filesDone: 0,
+          filesTotal: 3,
+          bytesDone: 2_000_000_000,
+          bytesTotal: 8_000_000_000,
+          bytesPerSecond: 50_000_000,
+          etaSeconds: 120,
+        },
+        failed: null,
       },
     });
-    expect($("model-panel-status")?.textContent).toContain("2.0 GB of 8.0 GB (25%)");
+    expect($("model-panel-status")?.textContent).toContain(
+      `${DOWNLOADS[1]?.label}. Downloading: 2.0 GB of 8.0 GB (25%)`,
+    );
+    expect(fact(panel, "Name")).toBe("Gemma 4 E4B");
+    expect($("model-download")).toBeNull();
+    // Chatting goes on meanwhile.
+    click($("settings-cancel"));
+    await settle();
+    expect(($("send") as HTMLButtonElement | null)?.hidden).toBe(false);
+    type("Still here?");
+    expect(($("send") as HTMLButtonElement).disabled).toBe(false);
+    expect(root.querySelector(".composer-hint")?.textContent ?? "").not.toContain("downloading");
+    click($("settings"));
+    await settle();
     click($("model-cancel-download"));
     await settle();
     expect(callsOf("cancel_download")).toHaveLength(1);
     emit("model-state", READY);
+    expect(fact(panel, "Name")).toBe("Gemma 4 E4B");
+  });
+
+  it("says why a download beside the model stopped, and offers the downloads again", async () => {
+    const panel = await openModelSettings();
+    emit("model-state", {
+      ...READY,
+      download: {
+        repo: "mlx-community/gemma-4-e4b-it-8bit",
+        progress: null,
+        failed:
+          "The download stopped: cannot reach huggingface.co; check the internet connection. Try again to resume it.",
+      },
+    });
+    expect($("model-download-failed")?.textContent).toContain("cannot reach huggingface.co");
+    expect($("model-download")).not.toBeNull();
     expect(fact(panel, "Name")).toBe("Gemma 4 E4B");
   });
 

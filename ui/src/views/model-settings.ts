@@ -2,7 +2,14 @@
  * Settings → Model: the model in use (what it is, where it is) and the ways to change it —
  * another local folder, another download, or none (back to the model picker).
  */
-import { errorMessage, type DownloadOption, type ModelCandidate, type ModelState } from "../api";
+import {
+  errorMessage,
+  type DownloadOption,
+  type DownloadProgress,
+  type ModelCandidate,
+  type ModelState,
+  type SideDownload,
+} from "../api";
 import { el } from "../dom";
 import { formatBytes, formatEta, formatInteger } from "../format";
 import type { Value } from "../store";
@@ -99,31 +106,57 @@ export class ModelPanel {
           this.answering()
             ? el("p", { class: "field-help" }, "Switching stops the answer being written; what it wrote is kept.")
             : "",
-          this.actions(true),
+          ...(state.download?.failed
+            ? [
+                el(
+                  "p",
+                  { class: "form-error", role: "alert", "data-testid": "model-download-failed" },
+                  state.download.failed,
+                ),
+              ]
+            : []),
+          state.download && !state.download.failed ? this.sideDownload(state.download) : this.actions(true),
         ];
       case "loading":
         return [
           el("p", { role: "status", "data-testid": "model-panel-status" }, `Loading ${state.name}: ${state.stage}`),
         ];
-      case "downloading": {
-        const { progress } = state;
-        const percent = progress.bytesTotal > 0 ? Math.floor((progress.bytesDone / progress.bytesTotal) * 100) : 0;
-        const cancel = el("button", { type: "button", "data-testid": "model-cancel-download" }, "Cancel Download");
-        cancel.addEventListener("click", () => void this.run(() => this.handlers.cancelDownload()));
+      case "downloading":
         return [
-          el(
-            "p",
-            { role: "status", "data-testid": "model-panel-status" },
-            `Downloading: ${formatBytes(progress.bytesDone)} of ${formatBytes(progress.bytesTotal)} (${percent}%), ${formatEta(progress.etaSeconds)}`,
-          ),
-          el("div", { class: "model-actions" }, cancel),
+          el("p", { role: "status", "data-testid": "model-panel-status" }, downloadLine(state.progress)),
+          this.cancel(),
         ];
-      }
       case "failed":
         return [el("p", { "data-testid": "model-panel-status" }, state.message), this.actions(false)];
       case "none":
         return [el("p", { "data-testid": "model-panel-status" }, "No model is loaded."), this.actions(false)];
     }
+  }
+
+  /** Another checkpoint downloading while this one answers: how far, and Cancel. */
+  private sideDownload(download: SideDownload): HTMLElement {
+    const name = this.downloads().find((option) => option.repo === download.repo)?.label ?? download.repo;
+    return el(
+      "div",
+      {},
+      el(
+        "p",
+        { role: "status", "data-testid": "model-panel-status" },
+        download.progress ? `${name}. ${downloadLine(download.progress)}` : `${name}: starting the download…`,
+      ),
+      el(
+        "p",
+        { class: "field-help" },
+        "The model in use keeps answering; the new one takes its place once it is here.",
+      ),
+      this.cancel(),
+    );
+  }
+
+  private cancel(): HTMLElement {
+    const cancel = el("button", { type: "button", "data-testid": "model-cancel-download" }, "Cancel Download");
+    cancel.addEventListener("click", () => void this.run(() => this.handlers.cancelDownload()));
+    return el("div", { class: "model-actions" }, cancel);
   }
 
   private actions(loaded: boolean): HTMLElement {
@@ -167,4 +200,10 @@ export class ModelPanel {
       this.render();
     }
   }
+}
+
+/** "Downloading: 2.0 GB of 8.0 GB (25%), 2 min left". */
+function downloadLine(progress: DownloadProgress): string {
+  const percent = progress.bytesTotal > 0 ? Math.floor((progress.bytesDone / progress.bytesTotal) * 100) : 0;
+  return `Downloading: ${formatBytes(progress.bytesDone)} of ${formatBytes(progress.bytesTotal)} (${percent}%), ${formatEta(progress.etaSeconds)}`;
 }
