@@ -148,6 +148,18 @@ impl Harness {
     }
 }
 
+/// What `probe` finds, asked every 20 ms for up to `seconds`.
+fn poll<T>(what: &str, seconds: u64, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(found) = probe() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "waited {seconds} s for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn id_of(event: &GenerationEvent) -> u64 {
     match event {
         GenerationEvent::Prefill { generation_id, .. }
@@ -1295,18 +1307,15 @@ fn settings_can_download_another_build_which_then_replaces_the_model_in_use() {
 
     h.state.models.start_download(Some(repo)).unwrap();
 
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let ready = loop {
+    let ready = poll("the download to finish", 120, || {
         match h.state.models.state() {
             ready @ ModelState::Ready { .. } if !matches!(&ready, ModelState::Ready { name, .. } if name == "tiny") => {
-                break ready
+                Some(ready)
             }
             ModelState::Failed { message, .. } => panic!("the download failed: {message}"),
-            _ => {}
+            _ => None,
         }
-        assert!(Instant::now() < deadline, "the download did not finish");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    });
     let ModelState::Ready { name, dir, .. } = ready else {
         unreachable!()
     };
@@ -1364,20 +1373,15 @@ fn a_download_beside_the_model_that_fails_says_why_and_the_model_keeps_answering
         .models
         .start_download(Some("mlx-community/gemma-4-e4b-it-8bit"))
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let failed = loop {
-        if let ModelState::Ready {
-            download: Some(side),
-            ..
-        } = h.state.models.state()
-        {
-            if let Some(why) = side.failed {
-                break why;
-            }
+    let failed = poll("the failure to be said", 60, || {
+        match h.state.models.state() {
+            ModelState::Ready {
+                download: Some(side),
+                ..
+            } => side.failed,
+            _ => None,
         }
-        assert!(Instant::now() < deadline, "the failure was not said");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    });
     assert!(
         failed.starts_with("The download stopped: ") && failed.contains("404"),
         "{failed}"
@@ -1528,18 +1532,15 @@ fn the_drafter_downloads_from_settings_while_the_model_answers_then_drafts() {
         h.finish(sent.generation_id).last(),
         Some(GenerationEvent::Done { .. })
     ));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let drafter = loop {
+    let drafter = poll("the drafter to arrive", 60, || {
         match h.state.models.faster_answers() {
-            FasterAnswers::On { drafter, .. } => break drafter,
+            FasterAnswers::On { drafter, .. } => Some(drafter),
             FasterAnswers::Missing {
                 failed: Some(why), ..
             } => panic!("{why}"),
-            _ => {}
+            _ => None,
         }
-        assert!(Instant::now() < deadline, "the drafter did not arrive");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    });
     let folder = h
         .data_dir
         .join("models")
@@ -1587,17 +1588,12 @@ fn a_drafter_download_that_fails_says_why_and_the_model_answers_alone() {
         .choose(&model_with_drafter(root.path(), None))
         .unwrap();
     h.state.models.start_drafter_download().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let why = loop {
-        if let FasterAnswers::Missing {
-            failed: Some(why), ..
-        } = h.state.models.faster_answers()
-        {
-            break why;
+    let why = poll("the failure to be said", 60, || {
+        match h.state.models.faster_answers() {
+            FasterAnswers::Missing { failed, .. } => failed,
+            _ => None,
         }
-        assert!(Instant::now() < deadline, "the failure was not said");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    });
     assert!(
         why.starts_with("The download stopped: ") && why.contains("404"),
         "{why}"
