@@ -35,14 +35,14 @@ TAURI_DRIVER := $(DEPS)/cargo/bin/tauri-driver
 PYENV := $(DEPS)/py
 
 .PHONY: run test deps system-deps mlx-wheel ui-deps ui py-deps tauri-driver \
-        fixtures build-all test-rust test-ui test-parity test-e2e app lint clean-deps
+        fixtures build-all test-rust test-ui test-parity test-api test-e2e app lint clean-deps
 
 # ---------------------------------------------------------------- the two commands
 run: deps build-all
 	$(APP)
 
 test: deps ui py-deps tauri-driver
-	$(MAKE) lint test-rust test-ui test-parity test-e2e
+	$(MAKE) lint test-rust test-ui test-parity test-api test-e2e
 
 # ---------------------------------------------------------------- prerequisites
 deps: system-deps mlx-wheel ui-deps
@@ -117,6 +117,11 @@ test-parity: fixtures build-all
 	$(PYENV)/bin/python tests/parity/run_all.py --cli $(CLI) --fixtures $(FIXTURES)
 	$(PYENV)/bin/python tests/parity/image_parity.py --model $(FIXTURES)/tiny --preprocess target/debug/examples/preprocess
 	$(PYENV)/bin/python tests/parity/mtp_parity.py --cli $(CLI) --model $(FIXTURES)/tiny --drafter $(FIXTURES)/tiny-assistant
+
+# The local API through a client nobody here wrote: the official `openai` SDK (tests/requirements.txt)
+# against `gemma-desk-cli serve` on the tiny model.
+test-api: fixtures build-all
+	$(PYENV)/bin/python tests/api/openai_client.py --cli $(CLI) --model $(FIXTURES)/tiny
 
 test-e2e: fixtures build-all
 	GEMMA_FIXTURES=$(ROOT)/$(FIXTURES) tests/e2e/run.sh $(APP)

@@ -108,6 +108,9 @@ enum Command {
         #[command(flatten)]
         sampling: SamplingArgs,
     },
+    /// Serve the OpenAI-compatible local API until Ctrl+C: 127.0.0.1 only, API key required
+    /// (docs/API.md).
+    Serve(ServeArgs),
     /// Teacher-forced logits over a token list, written as a float32 safetensors tensor `logits`.
     Logits {
         #[arg(long)]
@@ -139,6 +142,38 @@ enum Command {
     },
 }
 
+#[derive(clap::Args)]
+struct ServeArgs {
+    #[arg(long)]
+    model: PathBuf,
+    /// Port on 127.0.0.1 (0: any free port, printed). A busy port is an error.
+    #[arg(long, default_value_t = api::DEFAULT_PORT)]
+    port: u16,
+    /// The key clients must send (visible to other users in the process list: prefer
+    /// --api-key-file). Without either, a new key is generated and printed.
+    #[arg(long, conflicts_with = "api_key_file")]
+    api_key: Option<String>,
+    /// A file holding the key clients must send.
+    #[arg(long)]
+    api_key_file: Option<PathBuf>,
+    /// A browser origin allowed to call the API, exactly as the browser sends it (e.g.
+    /// `chrome-extension://<id>`); repeatable. None by default.
+    #[arg(long = "allow-origin")]
+    allow_origins: Vec<String>,
+    /// Tokens a request may use, prompt and answer together.
+    #[arg(long, default_value_t = api::config::DEFAULT_CONTEXT)]
+    context_length: usize,
+    /// Requests that may wait behind the one being answered (more get 503).
+    #[arg(long, default_value_t = api::config::DEFAULT_QUEUE_DEPTH)]
+    queue_depth: usize,
+    /// Soft-token budget per image (70, 140, 280, 560 or 1120).
+    #[arg(long, default_value_t = 280)]
+    max_soft_tokens: usize,
+    /// Compute dtype (default: the checkpoint's).
+    #[arg(long, value_enum)]
+    dtype: Option<DtypeArg>,
+}
+
 fn main() {
     if let Err(e) = run(Cli::parse()) {
         eprintln!("error: {e:#}");
@@ -160,6 +195,7 @@ fn run(cli: Cli) -> Result<()> {
             system,
             sampling,
         } => chat(&model, system, &sampling),
+        Command::Serve(args) => serve(&args),
         Command::Logits {
             model,
             tokens,
@@ -395,6 +431,98 @@ fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<(
         // A stopped answer is kept too: the next question follows what was shown.
         messages.push(Message::text(Role::Assistant, answer).with_generated(ids));
     }
+}
+
+/// The local API over the engine, until Ctrl+C (or SIGTERM): the same server, defaults and
+/// checks as the app's.
+fn serve(args: &ServeArgs) -> Result<()> {
+    use api::config::{MAX_CONTEXT, MIN_CONTEXT};
+    use api::{ApiConfig, ApiKey, ServedModel, Server};
+
+    let (key, generated) = match (&args.api_key, &args.api_key_file) {
+        (Some(key), _) => (ApiKey::new(key)?, false),
+        (None, Some(file)) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("reading the API key from {}", file.display()))?;
+            let key =
+                ApiKey::new(&text).with_context(|| format!("the API key in {}", file.display()))?;
+            (key, false)
+        }
+        (None, None) => (ApiKey::generate()?, true),
+    };
+    if !(MIN_CONTEXT..=MAX_CONTEXT).contains(&args.context_length) {
+        bail!(
+            "--context-length must be between {MIN_CONTEXT} and {MAX_CONTEXT}, not {}",
+            args.context_length
+        );
+    }
+    let budget = SoftTokenBudget::try_from(args.max_soft_tokens)?;
+    // Said before the model loads (the slow part), and checked again when the server binds.
+    if args.port != 0 {
+        std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, args.port)).map_err(
+            |e| match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    anyhow::Error::new(api::ServeError::PortInUse { port: args.port })
+                }
+                _ => anyhow::Error::new(e)
+                    .context(format!("cannot listen on 127.0.0.1:{}", args.port)),
+            },
+        )?;
+    }
+    let engine = Arc::new(engine::worker::Engine::spawn());
+    let info = engine
+        .load(
+            &args.model,
+            LoadOptions {
+                dtype: dtype_of(args.dtype),
+                ..LoadOptions::default()
+            },
+        )
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    let folder = args
+        .model
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let model = ServedModel {
+        id: ServedModel::id_from_folder_name(&folder),
+        aliases: Vec::new(),
+        vision: info.vision,
+        context_window: args.context_length,
+        sampler: SamplerConfig::load(&args.model)?,
+        image_budget: budget,
+    };
+    let mut config = ApiConfig::new(key.clone(), model.clone());
+    config.port = args.port;
+    config.allowed_origins = args.allow_origins.clone();
+    config.queue_depth = args.queue_depth;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the server's runtime")?;
+    runtime.block_on(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Ctrl+C and SIGTERM stop the server.
+        let mut interrupt = signal(SignalKind::interrupt()).context("listening for Ctrl+C")?;
+        let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+        let server = Server::start(engine, config).await?;
+        println!("Serving {} at {}", model.id, server.base_url());
+        if generated {
+            println!("API key: {}", key.reveal());
+        }
+        println!("Ctrl+C stops the server.");
+        let _ = std::io::stdout().flush();
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+        eprintln!("Stopping…");
+        server.shutdown().await?;
+        Ok::<_, anyhow::Error>(())
+    })
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -1,0 +1,179 @@
+//! The router (paths with and without `/v1`, the guard in front of them) and the server that
+//! listens on 127.0.0.1 only.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{Method, StatusCode, Uri};
+use axum::middleware::from_fn_with_state;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use engine::worker::Engine;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::completions::{chat_completions, json_response, unix_now, Running, Served};
+use crate::config::ApiConfig;
+use crate::error::{ApiError, ServeError};
+use crate::guard::{cors, require_host, require_key, Guard};
+use crate::log::{Finished, Log};
+use crate::queue::Admission;
+use crate::wire::model_object;
+
+/// How long a shutdown waits for open connections after stopping their answers.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// The API's routes over `engine`, for a server listening on `port` (the Host check needs it).
+pub(crate) fn router(engine: Arc<Engine>, config: &ApiConfig, port: u16) -> (Router, Arc<Served>) {
+    let guard = Arc::new(Guard::new(
+        port,
+        config.key.clone(),
+        config.allowed_origins.clone(),
+    ));
+    let served = Arc::new(Served {
+        engine,
+        model: config.model.clone(),
+        admission: Admission::new(config.queue_depth),
+        max_body_bytes: config.max_body_bytes,
+        running: Running::default(),
+        log: Log::default(),
+        created: unix_now(),
+    });
+    let keyed = Router::new()
+        .route("/v1/models", get(list_models))
+        .route("/models", get(list_models))
+        .route("/v1/models/{id}", get(get_model))
+        .route("/models/{id}", get(get_model))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/chat/completions", post(chat_completions))
+        .route_layer(from_fn_with_state(guard.clone(), require_key));
+    let router = Router::new()
+        .route("/health", get(health))
+        .route("/v1/health", get(health))
+        .merge(keyed)
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_route)
+        .with_state(served.clone())
+        .layer(from_fn_with_state(guard.clone(), cors))
+        .layer(from_fn_with_state(guard, require_host));
+    (router, served)
+}
+
+/// A running server.
+pub struct Server {
+    address: SocketAddr,
+    served: Arc<Served>,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ServeError>>,
+}
+
+impl Server {
+    /// Listens on 127.0.0.1:`config.port` and serves until [`Server::shutdown`]. A busy port
+    /// is an error ([`ServeError::PortInUse`]), never a quiet move to another one.
+    pub async fn start(engine: Arc<Engine>, config: ApiConfig) -> Result<Self, ServeError> {
+        let port = config.port;
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+            .await
+            .map_err(|source| match source.kind() {
+                std::io::ErrorKind::AddrInUse => ServeError::PortInUse { port },
+                _ => ServeError::Bind { port, source },
+            })?;
+        let address = listener.local_addr()?;
+        let (router, served) = router(engine, &config, address.port());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stopped.await;
+                })
+                .await
+                .map_err(ServeError::from)
+        });
+        Ok(Self {
+            address,
+            served,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The base URL clients are given: `http://127.0.0.1:PORT/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.address)
+    }
+
+    /// Requests in the engine's hands (running or queued).
+    pub fn in_flight(&self) -> usize {
+        self.served.admission.in_flight()
+    }
+
+    /// The last generations that ended, oldest first.
+    pub fn finished(&self) -> Vec<Finished> {
+        self.served.log.entries()
+    }
+
+    /// Stops the answers being written, stops listening, and waits (a few seconds at most)
+    /// for the open connections to close.
+    pub async fn shutdown(mut self) -> Result<(), ServeError> {
+        self.served.running.cancel_all(&self.served.engine);
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut self.task).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join)) => Err(ServeError::Io(std::io::Error::other(join))),
+            Err(_) => {
+                self.task.abort();
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `GET /health`: up or not, nothing more (no key needed).
+async fn health() -> Response {
+    json_response(StatusCode::OK, &json!({ "status": "ok" }))
+}
+
+async fn list_models(State(served): State<Arc<Served>>) -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "object": "list",
+            "data": [model_object(&served.model.id, served.created)],
+        }),
+    )
+}
+
+async fn get_model(State(served): State<Arc<Served>>, Path(id): Path<String>) -> Response {
+    if served.model.is_named(&id) {
+        json_response(
+            StatusCode::OK,
+            &model_object(&served.model.id, served.created),
+        )
+    } else {
+        ApiError::ModelNotFound {
+            given: id,
+            valid: served.model.id.clone(),
+        }
+        .into_response()
+    }
+}
+
+async fn no_route(method: Method, uri: Uri) -> Response {
+    ApiError::NoRoute {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+    .into_response()
+}
