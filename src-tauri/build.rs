@@ -33,6 +33,8 @@ const COMMANDS: &[&str] = &[
     "attachment_view",
     "faster_answers",
     "set_faster_answers",
+    "set_system_prompt",
+    "count_tokens",
 ];
 
 fn main() {

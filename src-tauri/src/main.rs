@@ -91,6 +91,8 @@ fn run() -> anyhow::Result<()> {
             commands::import_json,
             commands::faster_answers,
             commands::set_faster_answers,
+            commands::set_system_prompt,
+            commands::count_tokens,
         ])
         .build(tauri::generate_context!())
         .context("could not start the app")?;
