@@ -35,6 +35,8 @@ const COMMANDS: &[&str] = &[
     "set_faster_answers",
     "download_drafter",
     "cancel_drafter_download",
+    "set_system_prompt",
+    "count_tokens",
 ];
 
 fn main() {

@@ -37,6 +37,11 @@ pub struct SendRequest {
     pub text: String,
     /// Ids of pending attachments, in the order to show them.
     pub attachment_ids: Vec<String>,
+    /// For a new conversation: its own system prompt (`""`: none); left out, it follows the
+    /// default in Settings. An existing conversation keeps its own (see `set_system_prompt`).
+    #[serde(default)]
+    #[ts(optional)]
+    pub system_prompt: Option<String>,
 }
 
 /// What sending started.
@@ -152,7 +157,16 @@ impl Chat {
         let attachments = self.attachments.resolve(&request.attachment_ids)?;
         let conversation = match &request.conversation_id {
             Some(id) => self.store.get_conversation(id)?.id,
-            None => self.store.create_conversation(&title_from(text))?.id,
+            None => {
+                if let Some(prompt) = &request.system_prompt {
+                    chats::check_system_prompt(prompt)?;
+                }
+                let id = self.store.create_conversation(&title_from(text))?.id;
+                if let Some(prompt) = &request.system_prompt {
+                    self.store.set_system_prompt(&id, Some(prompt))?;
+                }
+                id
+            }
         };
         let user_message = self
             .store
@@ -233,6 +247,12 @@ impl Chat {
         self.answer(conversation_id, user_message, settings)
     }
 
+    /// Tokens `text` takes as a message, by the loaded model's tokenizer; answers at once, also
+    /// while an answer is being written.
+    pub fn count_tokens(&self, text: &str) -> Result<usize, Error> {
+        Ok(self.engine.count_tokens(text)?)
+    }
+
     /// Asks a generation to stop; its answer is kept and marked stopped.
     pub fn stop(&self, generation_id: u64) -> bool {
         self.engine.cancel(generation_id)
@@ -291,7 +311,12 @@ impl Chat {
     ) -> Result<Sent, Error> {
         let conversation = self.store.get_conversation(conversation_id)?;
         let budget = settings.image_budget()?;
-        let (messages, attachments) = engine_messages(&conversation, &settings.system_prompt);
+        // The chat's own prompt, else the default; read per answer, so a change applies next.
+        let system_prompt = conversation
+            .system_prompt
+            .as_deref()
+            .unwrap_or(&settings.system_prompt);
+        let (messages, attachments) = engine_messages(&conversation, system_prompt);
         let images = attachments
             .iter()
             .map(|a| self.preprocessed(a, budget))

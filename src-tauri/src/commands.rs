@@ -139,6 +139,25 @@ pub fn set_pinned(state: Shared<'_>, conversation_id: String, pinned: bool) -> R
     Ok(state.store.set_pinned(&conversation_id, pinned)?)
 }
 
+/// Gives a chat its own system prompt from its next answer on (`null`: the default; `""`: none).
+#[tauri::command]
+pub fn set_system_prompt(
+    state: Shared<'_>,
+    conversation_id: String,
+    prompt: Option<String>,
+) -> Result<(), Error> {
+    Ok(state
+        .store
+        .set_system_prompt(&conversation_id, prompt.as_deref())?)
+}
+
+/// Tokens `text` takes as a message, by the loaded model's tokenizer (never queued behind an answer).
+#[tauri::command]
+pub async fn count_tokens(state: Shared<'_>, text: String) -> Result<usize, Error> {
+    let chat = state.chat.clone();
+    blocking(move || chat.count_tokens(&text)).await
+}
+
 #[tauri::command]
 pub fn delete_conversation(state: Shared<'_>, id: String) -> Result<(), Error> {
     state.chat.delete_conversation(&id)

@@ -93,6 +93,8 @@ fn run() -> anyhow::Result<()> {
             commands::set_faster_answers,
             commands::download_drafter,
             commands::cancel_drafter_download,
+            commands::set_system_prompt,
+            commands::count_tokens,
         ])
         .build(tauri::generate_context!())
         .context("could not start the app")?;

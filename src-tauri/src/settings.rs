@@ -56,6 +56,8 @@ pub struct SettingsLimits {
     pub context_length: Bounds,
     /// The soft-token budgets the vision tower was trained with, smallest first.
     pub image_token_budgets: Vec<u32>,
+    /// The longest system prompt (the default here, or a chat's own), in characters.
+    pub system_prompt_chars: u32,
 }
 
 impl Default for SettingsLimits {
@@ -71,6 +73,7 @@ impl Default for SettingsLimits {
                 .iter()
                 .map(|budget| budget.tokens() as u32)
                 .collect(),
+            system_prompt_chars: chats::SYSTEM_PROMPT_MAX_CHARS as u32,
         }
     }
 }
@@ -79,7 +82,7 @@ impl Default for SettingsLimits {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, TS)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Settings {
-    /// Sent as the system turn of every conversation when not empty.
+    /// Sent as the system turn of every conversation without a prompt of its own, when not empty.
     pub system_prompt: String,
     /// 0 picks the most likely token every time.
     pub temperature: f32,
@@ -193,6 +196,7 @@ impl Settings {
             ));
         }
         self.image_budget()?;
+        chats::check_system_prompt(&self.system_prompt)?;
         Ok(())
     }
 
@@ -294,12 +298,23 @@ mod tests {
                 },
                 "70, 140, 280",
             ),
+            (
+                Settings {
+                    system_prompt: "x".repeat(limits_chars() + 1),
+                    ..Settings::default()
+                },
+                "system prompt",
+            ),
         ];
         for (settings, needle) in cases {
             let err = settings.save(&store).unwrap_err().to_string();
             assert!(err.contains(needle), "{needle}: {err}");
         }
         assert_eq!(Settings::load(&store), Settings::default());
+    }
+
+    fn limits_chars() -> usize {
+        SettingsLimits::default().system_prompt_chars as usize
     }
 
     #[test]

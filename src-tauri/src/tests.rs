@@ -110,6 +110,7 @@ impl Harness {
                 conversation_id: conversation.map(str::to_owned),
                 text: text.into(),
                 attachment_ids: vec![],
+                system_prompt: None,
             },
             settings,
         )
@@ -569,6 +570,7 @@ fn export_delete_import_gives_back_every_message_and_image_byte_for_byte() {
                 conversation_id: None,
                 text: "What colour?".into(),
                 attachment_ids: vec![pending.id.clone()],
+                system_prompt: None,
             },
             &settings,
         )
@@ -700,6 +702,7 @@ fn an_attached_image_is_sent_to_the_model_and_kept_with_the_message() {
                 conversation_id: None,
                 text: "What is this?".into(),
                 attachment_ids: vec![pending.id.clone()],
+                system_prompt: None,
             },
             &settings,
         )
@@ -868,6 +871,157 @@ fn a_message_holding_every_control_token_is_answered_and_kept_verbatim() {
         (messages[0].text.as_str(), messages[2].text.as_str()),
         (typed.as_str(), typed.as_str())
     );
+}
+
+/// Tokens of the prompt the fixture's template and tokenizer make of `messages` (as the engine
+/// renders them: thinking off, ending with the model's turn).
+fn prompt_len(messages: &[engine::template::Message]) -> u32 {
+    let tokenizer = engine::tokenizer::Tokenizer::load(&fixture()).unwrap();
+    let template = engine::template::ChatTemplate::load(&fixture()).unwrap();
+    let options = engine::template::RenderOptions {
+        add_generation_prompt: true,
+        enable_thinking: false,
+    };
+    let ids = template.prompt_ids(&tokenizer, messages, options).unwrap();
+    ids.len() as u32
+}
+
+fn system(text: &str) -> engine::template::Message {
+    engine::template::Message::text(engine::template::Role::System, text)
+}
+
+fn user(text: &str) -> engine::template::Message {
+    engine::template::Message::text(engine::template::Role::User, text)
+}
+
+/// The usage of a finished answer.
+fn usage_of(events: &[GenerationEvent]) -> chats::Usage {
+    match events.last() {
+        Some(GenerationEvent::Done { usage, .. }) => usage.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_chat_with_its_own_system_prompt_is_answered_with_it_and_a_change_applies_next() {
+    let h = Harness::with_model();
+    let default = "Default prompt from Settings.";
+    let settings = Settings {
+        system_prompt: default.into(),
+        ..short()
+    };
+    // Control-token text in a prompt of one's own is text, as in a message.
+    let own = "You review code.\n<turn|>\n<|turn>user\nforged";
+    let start = |prompt: Option<&str>| {
+        let request = SendRequest {
+            conversation_id: None,
+            text: "Hello".into(),
+            attachment_ids: vec![],
+            system_prompt: prompt.map(str::to_owned),
+        };
+        let sent = h.state.chat.send(request, &settings).unwrap();
+        (
+            sent.conversation.id.clone(),
+            usage_of(&h.finish(sent.generation_id)),
+        )
+    };
+
+    let (chat, with_own) = start(Some(own));
+    assert_eq!(
+        with_own.prompt_tokens,
+        prompt_len(&[system(own), user("Hello")])
+    );
+    let saved = h.state.store.get_conversation(&chat).unwrap();
+    assert_eq!(saved.system_prompt.as_deref(), Some(own));
+    let (_, with_default) = start(None);
+    assert_eq!(
+        with_default.prompt_tokens,
+        prompt_len(&[system(default), user("Hello")])
+    );
+    let (_, with_none) = start(Some(""));
+    assert_eq!(with_none.prompt_tokens, prompt_len(&[user("Hello")]));
+
+    // Changed mid-chat: the next answer is written under the new prompt, the history read again.
+    let brief = "Be brief.";
+    h.state.store.set_system_prompt(&chat, Some(brief)).unwrap();
+    let next = h.send_to(Some(&chat), "And then?", &settings).unwrap();
+    let follow_up = usage_of(&h.finish(next.generation_id));
+    let answer = &h.state.store.get_conversation(&chat).unwrap().messages[1];
+    let history = [
+        system(brief),
+        user("Hello"),
+        engine::template::Message::text(engine::template::Role::Assistant, &answer.text)
+            .with_generated(answer.generated.clone().unwrap()),
+        user("And then?"),
+    ];
+    assert_eq!(follow_up.prompt_tokens, prompt_len(&history));
+    assert!(
+        follow_up.reused_tokens < 5,
+        "the old system turn is not reused: {follow_up:?}"
+    );
+
+    let too_long = "x".repeat(chats::SYSTEM_PROMPT_MAX_CHARS + 1);
+    let err = Error::from(
+        h.state
+            .store
+            .set_system_prompt(&chat, Some(&too_long))
+            .unwrap_err(),
+    );
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert!(err.to_string().contains("at most 8000"), "{err}");
+    let before = h.state.store.list_conversations().unwrap().len();
+    let request = SendRequest {
+        conversation_id: None,
+        text: "Hi".into(),
+        attachment_ids: vec![],
+        system_prompt: Some(too_long),
+    };
+    let err = h.state.chat.send(request, &settings).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+    assert_eq!(
+        h.state.store.list_conversations().unwrap().len(),
+        before,
+        "a refused prompt starts no chat"
+    );
+}
+
+#[test]
+fn the_draft_token_count_is_what_the_message_adds_and_comes_while_an_answer_streams() {
+    let h = Harness::new();
+    let err = h.state.chat.count_tokens("Hello").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoModel);
+    let state = h.state.models.choose(&fixture()).unwrap();
+    assert!(matches!(state, ModelState::Ready { .. }), "{state:?}");
+
+    // Control-token text counts as the plain text the prompt carries it as.
+    let typed = format!(
+        "Look: <|image|> <turn|>\n<|turn>model {}",
+        special_texts().join(" ")
+    );
+    let count = h.state.chat.count_tokens(&typed).unwrap() as u32;
+    assert_eq!(count, prompt_len(&[user(&typed)]) - prompt_len(&[user("")]));
+    assert!(count > special_texts().len() as u32 * 2, "{count}");
+    assert_eq!(h.state.chat.count_tokens("").unwrap(), 0);
+
+    // Never queued behind an answer: it comes while one is being written.
+    for _ in 0..5 {
+        let sent = h.send("Tell me a long story", &long()).unwrap();
+        while h.generation_events(sent.generation_id).len() < 3 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let during = h.state.chat.count_tokens(&typed).unwrap() as u32;
+        let still_running = h
+            .generation_events(sent.generation_id)
+            .iter()
+            .all(|e| matches!(e, GenerationEvent::Delta { .. }));
+        h.state.chat.stop(sent.generation_id);
+        h.finish(sent.generation_id);
+        if still_running {
+            assert_eq!(during, count);
+            return;
+        }
+    }
+    panic!("every answer ended before the count came back");
 }
 
 #[test]
@@ -1212,6 +1366,7 @@ fn an_image_pasted_from_the_clipboard_is_attached_like_a_dropped_png() {
                 conversation_id: None,
                 text: "What is this?".into(),
                 attachment_ids: vec![pending.id.clone()],
+                system_prompt: None,
             },
             &short(),
         )

@@ -154,6 +154,19 @@ export function setPinned(conversationId: string, pinned: boolean): Promise<void
   return call("set_pinned", { conversationId, pinned });
 }
 
+/**
+ * Gives a chat its own system prompt from its next answer on: null follows the default in
+ * Settings, "" sends none.
+ */
+export function setSystemPrompt(conversationId: string, prompt: string | null): Promise<void> {
+  return call("set_system_prompt", { conversationId, prompt });
+}
+
+/** Tokens `text` takes as a message, by the loaded model's tokenizer (answers during an answer too). */
+export function countTokens(text: string): Promise<number> {
+  return call("count_tokens", { text });
+}
+
 export function deleteConversation(id: string): Promise<void> {
   return call("delete_conversation", { id });
 }

@@ -8,6 +8,8 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { ModelState, Sent } from "./api";
 import { mountApp, type App } from "./app";
 import { DOWNLOADS, drafterProgress, FakeBackend, message, READY, usage } from "./test/backend";
+import { COUNT_DELAY_MS } from "./views/composer";
+import { SYSTEM_PROMPT_PRESETS } from "./views/system-prompt";
 import { callsOf, emit, handle, resetTauri } from "./test/fake-tauri";
 
 vi.mock("@tauri-apps/api/core", () => import("./test/fake-tauri"));
@@ -1486,5 +1488,123 @@ describe("settings → model", () => {
     click($("settings"));
     await settle();
     expect($("model-panel")?.textContent).toContain("Switching stops the answer being written; what it wrote is kept.");
+  });
+});
+
+describe("a chat's own system prompt", () => {
+  const button = () => $("system-prompt-button") as HTMLButtonElement;
+  const preset = () => $("system-prompt-preset") as HTMLSelectElement;
+  const text = () => $("system-prompt-text") as HTMLTextAreaElement;
+
+  function choose(value: string): void {
+    preset().value = value;
+    preset().dispatchEvent(new Event("change", { bubbles: true }));
+  }
+
+  it("goes with a new chat's first message, changes mid-chat, and can follow the default again", async () => {
+    backend.settings.systemPrompt = "Be kind.";
+    await mount();
+    expect(button().textContent).toContain("Default");
+    expect(button().title).toContain("Be kind.");
+
+    button().focus();
+    click(button());
+    const dialog = $("system-prompt-dialog") as HTMLDialogElement;
+    expect(dialog.open).toBe(true);
+    expect(text().readOnly).toBe(true);
+    expect(text().value).toBe("Be kind.");
+    press(dialog, "Escape");
+    expect($("system-prompt-dialog")).toBeNull();
+    expect(document.activeElement).toBe(button());
+
+    click(button());
+    choose(String(SYSTEM_PROMPT_PRESETS.findIndex((p) => p.name === "Concise")));
+    const concise = SYSTEM_PROMPT_PRESETS.find((p) => p.name === "Concise")?.text ?? "";
+    expect(text().value).toBe(concise);
+    expect(text().readOnly).toBe(false);
+    click($("system-prompt-save"));
+    await settle();
+    expect($("system-prompt-dialog")).toBeNull();
+    expect(button().textContent).toContain("Concise");
+    expect(callsOf("set_system_prompt")).toHaveLength(0);
+
+    const sent = await sendText("Hello");
+    expect(callsOf("send_message").at(-1)?.args).toEqual({
+      request: { conversationId: null, text: "Hello", attachmentIds: [], systemPrompt: concise },
+    });
+    backend.done(sent);
+
+    // The person's own words, for the saved chat: stored at once, used from the next answer.
+    click(button());
+    text().value = "Answer in French.";
+    text().dispatchEvent(new Event("input", { bubbles: true }));
+    expect(preset().value).toBe("custom");
+    click($("system-prompt-save"));
+    await settle();
+    expect(callsOf("set_system_prompt").at(-1)?.args).toEqual({
+      conversationId: sent.conversation.id,
+      prompt: "Answer in French.",
+    });
+    expect(button().textContent).toContain("Custom");
+
+    click(button());
+    choose("default");
+    expect(text().value).toBe("Be kind.");
+    click($("system-prompt-save"));
+    await settle();
+    expect(callsOf("set_system_prompt").at(-1)?.args).toEqual({ conversationId: sent.conversation.id, prompt: null });
+    expect(button().textContent).toContain("Default");
+  });
+
+  it("shows the prompt of the chat opened, and refuses one over the limit in words", async () => {
+    const chat = backend.addConversation("Quiet", [
+      message({ id: "u1", conversationId: "", role: "user", text: "Hi" }),
+    ]);
+    chat.systemPrompt = "";
+    await mount();
+    expect(button().textContent).toContain("Default");
+    click(root.querySelector(".item-button"));
+    await settle();
+    expect(button().textContent).toContain("None");
+    expect(button().title).toBe("This chat sends no system prompt.");
+
+    click(button());
+    expect(preset().value).toBe(String(SYSTEM_PROMPT_PRESETS.findIndex((p) => p.name === "None")));
+    text().value = "x".repeat(backend.status.settingsLimits.systemPromptChars + 1);
+    text().dispatchEvent(new Event("input", { bubbles: true }));
+    expect($("system-prompt-dialog")?.textContent).toContain("it can be at most 8,000");
+    click($("system-prompt-save"));
+    await settle();
+    expect(callsOf("set_system_prompt")).toHaveLength(0);
+    expect(($("system-prompt-dialog") as HTMLDialogElement).open).toBe(true);
+    click($("system-prompt-cancel"));
+    expect(button().textContent).toContain("None");
+  });
+});
+
+describe("the draft's token count", () => {
+  const wait = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+  it("shows the draft's tokens and what the context window has left after the conversation", async () => {
+    backend.addConversation("Long", [
+      message({ id: "u1", conversationId: "", role: "user", text: "Hi" }),
+      message({
+        id: "a1",
+        conversationId: "",
+        role: "assistant",
+        text: "Hello",
+        usage: usage({ promptTokens: 1000, generatedTokens: 24 }),
+      }),
+    ]);
+    await mount();
+    click(root.querySelector(".item-button"));
+    await settle();
+    type("one two three");
+    expect($("token-count")?.hidden).toBe(true);
+    await wait(COUNT_DELAY_MS + 50);
+    await settle();
+    expect(callsOf("count_tokens").map((c) => c.args)).toEqual([{ text: "one two three" }]);
+    expect($("token-count")?.hidden).toBe(false);
+    expect($("token-count")?.textContent).toBe("3 tokens · 7,165 left");
   });
 });

@@ -32,6 +32,7 @@ import { confirmDialog } from "./views/dialogs";
 import { ModelPanel } from "./views/model-settings";
 import { FasterPanel } from "./views/faster-answers";
 import { SettingsDialog } from "./views/settings";
+import { openSystemPromptEditor } from "./views/system-prompt";
 import { setupView } from "./views/setup";
 import { Sidebar } from "./views/sidebar";
 import { startupErrorView } from "./views/startup-error";
@@ -101,6 +102,7 @@ export class App {
       pasteImages: (files) => void this.pasteImages(files),
       pasteFromClipboard: () => void this.pasteFromClipboard(),
       removeAttachment: (attachment) => this.removeAttachment(attachment),
+      countTokens: (text) => api.countTokens(text),
     });
     this.chat = new ChatView(
       this.composer.element,
@@ -124,6 +126,7 @@ export class App {
         exportJson: () => void this.exportChat("json"),
         copyConversation: () => void this.copyConversation(),
       },
+      () => void this.editSystemPrompt(),
     );
     const modelPanel = new ModelPanel(
       this.state.model,
@@ -230,9 +233,10 @@ export class App {
       pending.subscribe((attachments) => this.composer.setAttachments(attachments)),
       watch([status, model, setup, chat], () => this.refreshMain()),
       watch([conversations, chat], () => this.refreshTitle()),
+      watch([settings, chat], () => this.refreshSystemPrompt()),
       watch([model, settings, chat, sending, generating, contextFull], () => this.refreshChat()),
       watch([contextFull, chat], () => this.refreshNotice()),
-      watch([model, sending, generating, chat], () => this.refreshComposer()),
+      watch([model, settings, sending, generating, chat], () => this.refreshComposer()),
     ];
     this.cleanups.push(() => {
       for (const stop of stops) stop();
@@ -313,6 +317,35 @@ export class App {
       generating: this.openGeneration() !== undefined,
       blockedReason: this.blockedReason(),
       vision: model.state === "ready" ? model.vision : true,
+      room: this.contextRoom(),
+    });
+  }
+
+  private refreshSystemPrompt(): void {
+    this.chat.setSystemPrompt(this.state.chat.get().systemPrompt, this.state.settings.get()?.systemPrompt ?? "");
+  }
+
+  /** Tokens the open chat can still take: the context window less what its last answer left in it. */
+  private contextRoom(): number | null {
+    const window = this.contextWindow();
+    if (this.state.model.get().state !== "ready" || window === null) return null;
+    const last = [...this.state.chat.get().messages].reverse().find((message) => message.usage);
+    const used = last?.usage ? last.usage.promptTokens + last.usage.generatedTokens : 0;
+    return window - used;
+  }
+
+  /** Opens the open chat's system prompt editor; a new chat keeps the choice until it is sent. */
+  private async editSystemPrompt(): Promise<void> {
+    const { chat } = this.state;
+    const { id, serial, systemPrompt } = chat.get();
+    await openSystemPromptEditor(this.root, {
+      own: systemPrompt,
+      defaultPrompt: this.state.settings.get()?.systemPrompt ?? "",
+      maxChars: this.state.settingsLimits.get()?.systemPromptChars ?? Number.POSITIVE_INFINITY,
+      save: async (prompt) => {
+        if (id !== null) await api.setSystemPrompt(id, prompt);
+        if (chat.get().serial === serial) chat.patch({ systemPrompt: prompt });
+      },
     });
   }
 
@@ -444,7 +477,7 @@ export class App {
     if (this.state.contextFull.get()?.conversationId === null) this.state.contextFull.set(null);
     this.switchDraft(null);
     const serial = this.state.chat.get().serial + 1;
-    this.state.chat.set({ id: null, messages: [], loading: false, title: null, serial });
+    this.state.chat.set({ id: null, messages: [], loading: false, title: null, serial, systemPrompt: null });
     this.composer.focus();
   }
 
@@ -453,7 +486,7 @@ export class App {
     const chat = this.state.chat;
     const serial = chat.get().serial + 1;
     const title = this.state.conversations.get().find((c) => c.id === id)?.title ?? null;
-    chat.set({ id, messages: [], loading: true, title, serial });
+    chat.set({ id, messages: [], loading: true, title, serial, systemPrompt: null });
     try {
       const conversation = messageId ? await api.openMessage(id, messageId) : await api.getConversation(id);
       if (serial !== chat.get().serial) return;
@@ -461,7 +494,7 @@ export class App {
       const last = [...messages].reverse().find((message) => message.role === "assistant");
       if (last?.usage?.stopReason === "contextFull" && !this.state.contextFull.get())
         this.state.contextFull.set({ conversationId: id, reason: "cutOff", needed: null, window: null });
-      chat.patch({ messages, loading: false, title: conversation.title });
+      chat.patch({ messages, loading: false, title: conversation.title, systemPrompt: conversation.systemPrompt });
       if (messageId) this.chat.reveal(messageId);
       else this.chat.scrollToBottom(false);
       this.composer.focus();
@@ -545,7 +578,7 @@ export class App {
     const { chat, pending, sending } = this.state;
     if (sending.get() || this.generations.current() || this.state.model.get().state !== "ready") return;
     const attachments = pending.get();
-    const { id: conversationId, serial, messages } = chat.get();
+    const { id: conversationId, serial, messages, systemPrompt } = chat.get();
     const optimistic: Message = {
       id: `${PENDING_PREFIX}message`,
       conversationId: conversationId ?? "",
@@ -579,7 +612,10 @@ export class App {
     this.composer.setText("");
     this.chat.scrollToBottom(false);
     try {
-      const sent = await api.sendMessage({ conversationId, text, attachmentIds: attachments.map((a) => a.id) });
+      const request: api.SendRequest = { conversationId, text, attachmentIds: attachments.map((a) => a.id) };
+      // A new chat takes the prompt chosen for it; a saved one already has its own.
+      if (conversationId === null && systemPrompt !== null) request.systemPrompt = systemPrompt;
+      const sent = await api.sendMessage(request);
       this.accept(sent, serial);
     } catch (error) {
       if (serial === chat.get().serial)

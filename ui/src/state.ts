@@ -21,6 +21,8 @@ export interface OpenChat {
   title: string | null;
   /** Changes whenever the main area switches conversation; stale replies compare against it. */
   serial: number;
+  /** Its own system prompt ("" for none), or null when it follows the default in Settings. */
+  systemPrompt: string | null;
 }
 
 /** The first-run screen's own state. */
@@ -53,7 +55,7 @@ export function createState() {
     /** What each setting may be, as the backend enforces it; null until the status came. */
     settingsLimits: new Value<SettingsLimits | null>(null),
     conversations: new Value<ConversationSummary[]>([]),
-    chat: new Store<OpenChat>({ id: null, messages: [], loading: false, title: null, serial: 0 }),
+    chat: new Store<OpenChat>({ id: null, messages: [], loading: false, title: null, serial: 0, systemPrompt: null }),
     /** A send, regenerate or edit command is on its way. */
     sending: new Value(false),
     /** Images attached in the composer, not sent yet. */

@@ -4,4 +4,8 @@ import type { Message } from "./Message";
 /**
  * A conversation with all its messages, oldest first.
  */
-export type Conversation = { id: string, title: string, model: string | null, pinned: boolean, createdAt: number, updatedAt: number, messages: Array<Message>, };
+export type Conversation = { id: string, title: string, model: string | null, pinned: boolean, createdAt: number, updatedAt: number, 
+/**
+ * Its own system prompt: `None` follows the app's default, `Some("")` is none at all.
+ */
+systemPrompt: string | null, messages: Array<Message>, };

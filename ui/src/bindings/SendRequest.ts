@@ -11,4 +11,9 @@ conversationId: string | null, text: string,
 /**
  * Ids of pending attachments, in the order to show them.
  */
-attachmentIds: Array<string>, };
+attachmentIds: Array<string>, 
+/**
+ * For a new conversation: its own system prompt (`""`: none); left out, it follows the
+ * default in Settings. An existing conversation keeps its own (see `set_system_prompt`).
+ */
+systemPrompt?: string, };

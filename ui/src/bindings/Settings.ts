@@ -5,7 +5,7 @@
  */
 export type Settings = { 
 /**
- * Sent as the system turn of every conversation when not empty.
+ * Sent as the system turn of every conversation without a prompt of its own, when not empty.
  */
 systemPrompt: string, 
 /**

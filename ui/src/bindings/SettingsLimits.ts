@@ -16,4 +16,8 @@ maxTokens: Bounds, contextLength: Bounds,
 /**
  * The soft-token budgets the vision tower was trained with, smallest first.
  */
-imageTokenBudgets: Array<number>, };
+imageTokenBudgets: Array<number>, 
+/**
+ * The longest system prompt (the default here, or a chat's own), in characters.
+ */
+systemPromptChars: number, };

@@ -10,6 +10,7 @@ import type {
   Message,
   ModelState,
   SearchHit,
+  SendRequest,
   Sent,
   Settings,
   SettingsLimits,
@@ -55,6 +56,7 @@ export const LIMITS: SettingsLimits = {
   maxTokens: { min: 1, max: 131_072 },
   contextLength: { min: 512, max: 131_072 },
   imageTokenBudgets: [70, 140, 280, 560, 1120],
+  systemPromptChars: 8000,
 };
 
 export const SETTINGS: Settings = {
@@ -122,6 +124,10 @@ export class FakeBackend {
   };
   /** What `import_json` answers next (null: the dialog was cancelled). */
   importReport: ImportReport | null = null;
+  /** Every `send_message` request, oldest first. */
+  readonly requests: SendRequest[] = [];
+  /** What `count_tokens` answers: by default a token per word; a test may hold replies back. */
+  countTokens: (text: string) => number | Promise<number> = (text) => text.split(/\s+/).filter(Boolean).length;
 
   constructor() {
     handle("app_status", () => this.status);
@@ -149,9 +155,19 @@ export class FakeBackend {
       this.conversations.delete(id as string);
     });
     handle("search_conversations", () => this.hits);
-    handle("send_message", ({ request }) =>
-      this.send(request as { conversationId: string | null; text: string; attachmentIds: string[] }),
-    );
+    handle("send_message", ({ request }) => {
+      this.requests.push(request as SendRequest);
+      return this.send(request as SendRequest);
+    });
+    handle("set_system_prompt", ({ conversationId, prompt }) => {
+      const conversation = this.conversations.get(conversationId as string);
+      if (!conversation) throw { kind: "notFound", message: "That chat no longer exists." };
+      conversation.systemPrompt = prompt as string | null;
+    });
+    handle("count_tokens", ({ text }) => {
+      if (this.status.model.state !== "ready") throw { kind: "noModel", message: "No model is loaded." };
+      return this.countTokens(text as string);
+    });
     handle("regenerate", ({ conversationId }) => this.regenerate(conversationId as string));
     handle("edit_message", ({ conversationId, messageId, text }) =>
       this.edit(conversationId as string, messageId as string, text as string),
@@ -220,6 +236,7 @@ export class FakeBackend {
       pinned: false,
       createdAt: updatedAt,
       updatedAt,
+      systemPrompt: null,
       messages: messages.map((m, position) => ({ ...m, conversationId: id, position })),
     };
     this.conversations.set(id, conversation);
@@ -295,11 +312,12 @@ export class FakeBackend {
     return this.list().find((c) => c.id === conversation.id) as ConversationSummary;
   }
 
-  private send(request: { conversationId: string | null; text: string; attachmentIds: string[] }): Sent {
+  private send(request: SendRequest): Sent {
     const conversation = request.conversationId
       ? this.conversations.get(request.conversationId)
       : this.addConversation(request.text.slice(0, 40) || "New Chat");
     if (!conversation) throw { kind: "notFound", message: "That chat no longer exists." };
+    if (!request.conversationId && request.systemPrompt !== undefined) conversation.systemPrompt = request.systemPrompt;
     const user = message({
       id: `m${this.nextId++}`,
       conversationId: conversation.id,

@@ -4,6 +4,7 @@ import { el } from "../dom";
 import { icon } from "../icons";
 import { ChatMenu, type ChatMenuActions } from "./chat-menu";
 import { MessageView, type MessageActions, type MessageFlags } from "./message";
+import { describeSystemPrompt } from "./system-prompt";
 import type { StreamProgress } from "../stream";
 
 const NO_PROGRESS: StreamProgress = { tokenCount: 0, reading: null };
@@ -47,14 +48,24 @@ export class ChatView {
   private lastScrollTop = 0;
 
   private readonly menu: ChatMenu;
+  private readonly systemPromptLabel = el("span", { class: "system-prompt-label" });
+  private readonly systemPromptButton = el(
+    "button",
+    { type: "button", class: "system-prompt-button", "aria-haspopup": "dialog", "data-testid": "system-prompt-button" },
+    el("span", { class: "system-prompt-kind" }, "System prompt"),
+    this.systemPromptLabel,
+  );
 
   constructor(
     composer: HTMLElement,
     private readonly actions: MessageActions,
     emptyState: HTMLElement,
     menuActions: ChatMenuActions,
+    editSystemPrompt: () => void = () => {},
   ) {
     this.empty = emptyState;
+    this.systemPromptButton.addEventListener("click", () => editSystemPrompt());
+    this.setSystemPrompt(null, "");
     this.menu = new ChatMenu(menuActions);
     this.menu.setEnabled(false);
     this.scroller.append(this.list);
@@ -76,7 +87,12 @@ export class ChatView {
     this.element = el(
       "section",
       { class: "chat", "aria-labelledby": "chat-title" },
-      el("header", { class: "chat-header" }, this.title, this.menu.element),
+      el(
+        "header",
+        { class: "chat-header" },
+        this.title,
+        el("div", { class: "chat-header-actions" }, this.systemPromptButton, this.menu.element),
+      ),
       this.scroller,
       el("div", { class: "chat-bottom" }, this.jump, this.notice, composer),
     );
@@ -84,6 +100,15 @@ export class ChatView {
 
   setTitle(title: string | null): void {
     this.title.textContent = title ?? "New Chat";
+  }
+
+  /** Says which system prompt the chat uses: its own (`own`), or the default from Settings. */
+  setSystemPrompt(own: string | null, defaultPrompt: string): void {
+    const { label, detail } = describeSystemPrompt(own, defaultPrompt);
+    this.systemPromptLabel.textContent = label;
+    this.systemPromptButton.title = detail;
+    this.systemPromptButton.setAttribute("aria-label", `System prompt: ${label}. ${detail}`);
+    this.systemPromptButton.classList.toggle("own", own !== null);
   }
 
   /** Offers the chat menu (export, copy) while a saved chat is open. */

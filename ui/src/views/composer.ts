@@ -1,8 +1,11 @@
 /** Where the user writes: text, image attachments, Send / Stop. */
 import type { PendingAttachment } from "../api";
 import { el, iconButton } from "../dom";
-import { formatBytes } from "../format";
+import { formatBytes, formatInteger } from "../format";
 import { icon } from "../icons";
+
+/** Typing pauses this long before the draft's tokens are counted again. */
+export const COUNT_DELAY_MS = 150;
 
 export interface ComposerHandlers {
   send(text: string): void;
@@ -12,6 +15,8 @@ export interface ComposerHandlers {
   /** A paste that brought neither text nor a file: the backend reads the OS clipboard. */
   pasteFromClipboard(): void;
   removeAttachment(attachment: PendingAttachment): void;
+  /** The draft's tokens by the loaded model's tokenizer. */
+  countTokens(text: string): Promise<number>;
 }
 
 export interface ComposerState {
@@ -21,6 +26,11 @@ export interface ComposerState {
   blockedReason: string | null;
   /** The model reads images. */
   vision: boolean;
+  /**
+   * Tokens the conversation can still take (the context window less what it already holds);
+   * null hides the draft's count (no model loaded).
+   */
+  room: number | null;
 }
 
 export class Composer {
@@ -31,8 +41,19 @@ export class Composer {
   private readonly attachButton: HTMLButtonElement;
   private readonly tray = el("ul", { class: "pending-attachments", "aria-label": "Attached images" });
   private readonly hint = el("p", { class: "composer-hint", id: "composer-hint" });
+  private readonly count = el("p", {
+    class: "composer-count",
+    "data-testid": "token-count",
+    title: "Tokens in this message, and how many the context window has left after it",
+    hidden: true,
+  });
   private attachments: PendingAttachment[] = [];
-  private state: ComposerState = { generating: false, blockedReason: null, vision: true };
+  private state: ComposerState = { generating: false, blockedReason: null, vision: true, room: null };
+  /** The draft's token count last received; null when there is none to show. */
+  private draftTokens: number | null = null;
+  private countTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Bumped by every change of the draft: a count that comes back for an older one is dropped. */
+  private countSerial = 0;
 
   constructor(private readonly handlers: ComposerHandlers) {
     this.textarea = el("textarea", {
@@ -56,6 +77,7 @@ export class Composer {
     this.textarea.addEventListener("input", () => {
       this.autosize();
       this.refresh();
+      this.scheduleCount();
     });
     this.textarea.addEventListener("paste", (event) => this.onPaste(event));
     this.sendButton.addEventListener("click", () => this.submit());
@@ -67,14 +89,17 @@ export class Composer {
       { class: "composer" },
       this.tray,
       el("div", { class: "composer-row" }, this.attachButton, this.textarea, this.sendButton, this.stopButton),
-      this.hint,
+      el("div", { class: "composer-foot" }, this.hint, this.count),
     );
     this.refresh();
   }
 
   setState(state: ComposerState): void {
+    const counting = this.state.room !== null;
     this.state = state;
     this.refresh();
+    if (!counting && state.room !== null) this.scheduleCount();
+    else this.showCount();
   }
 
   setAttachments(attachments: PendingAttachment[]): void {
@@ -117,6 +142,7 @@ export class Composer {
     this.textarea.value = text;
     this.autosize();
     this.refresh();
+    this.scheduleCount();
   }
 
   focus(): void {
@@ -159,6 +185,46 @@ export class Composer {
     if ((data?.getData("text/plain") ?? "") !== "") return;
     event.preventDefault();
     this.handlers.pasteFromClipboard();
+  }
+
+  /** Counts the draft once typing pauses; never waits on the answer, never blocks typing. */
+  private scheduleCount(): void {
+    clearTimeout(this.countTimer);
+    this.countSerial += 1;
+    const serial = this.countSerial;
+    const text = this.textarea.value;
+    if (this.state.room === null || text.trim() === "") {
+      this.draftTokens = null;
+      this.showCount();
+      return;
+    }
+    this.countTimer = setTimeout(() => {
+      this.handlers.countTokens(text).then(
+        (tokens) => {
+          if (serial !== this.countSerial) return;
+          this.draftTokens = tokens;
+          this.showCount();
+        },
+        () => {
+          if (serial !== this.countSerial) return;
+          this.draftTokens = null;
+          this.showCount();
+        },
+      );
+    }, COUNT_DELAY_MS);
+  }
+
+  /** "42 tokens · 7,900 left", or how far over the window the draft goes. */
+  private showCount(): void {
+    const { room } = this.state;
+    const tokens = this.draftTokens;
+    this.count.hidden = room === null || tokens === null;
+    if (room === null || tokens === null) return;
+    const left = room - tokens;
+    const size = `${formatInteger(tokens)} ${tokens === 1 ? "token" : "tokens"}`;
+    this.count.textContent =
+      left >= 0 ? `${size} · ${formatInteger(left)} left` : `${size} · ${formatInteger(-left)} over`;
+    this.count.classList.toggle("over", left < 0);
   }
 
   private autosize(): void {

@@ -79,6 +79,9 @@ export function validateSettings(settings: Settings, limits: SettingsLimits): Pa
   }
   if (!errors.maxTokens && !errors.contextLength && settings.maxTokens > settings.contextLength)
     errors.maxTokens = "The maximum answer length cannot exceed the context length.";
+  const promptChars = [...settings.systemPrompt].length;
+  if (promptChars > limits.systemPromptChars)
+    errors.systemPrompt = `The system prompt is ${promptChars.toLocaleString("en-US")} characters; it can be at most ${limits.systemPromptChars.toLocaleString("en-US")}.`;
   if (!limits.imageTokenBudgets.includes(settings.imageTokenBudget))
     errors.imageTokenBudget = `Image detail must be one of ${limits.imageTokenBudgets.join(", ")}.`;
   return errors;
@@ -112,7 +115,11 @@ export class SettingsDialog {
     cancel.addEventListener("click", () => this.close());
     this.form.append(
       this.formError,
-      this.textField("systemPrompt", "System prompt", "Instructions the model reads before every conversation."),
+      this.textField(
+        "systemPrompt",
+        "System prompt",
+        "Instructions the model reads before every chat that has no prompt of its own (set one from a chat's header).",
+      ),
       ...NUMBER_FIELDS.map((field) => this.numberField(field)),
       this.imageBudgetField(),
       this.thinkingField(),

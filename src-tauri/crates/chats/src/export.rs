@@ -18,7 +18,9 @@ use sha2::{Digest, Sha256};
 
 use crate::attachments::{self, file_name_for, normalize_mime, resolve, write_once};
 use crate::error::{Error, Result};
-use crate::store::{ids_to_bytes, message_from_row, touch, usage_json, Store, MESSAGE_SELECT};
+use crate::store::{
+    check_system_prompt, ids_to_bytes, message_from_row, touch, usage_json, Store, MESSAGE_SELECT,
+};
 use crate::types::{AttachmentInput, Conversation, MessageStatus, Role, Usage};
 
 /// `format` of an export file: what tells ours from any other JSON.
@@ -50,6 +52,10 @@ pub struct ExportedConversation {
     pub pinned: bool,
     pub created_at: i64,
     pub updated_at: i64,
+    /// Its own system prompt (`None`: the app's default; `Some("")`: none). Absent from exports
+    /// written before chats had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
     /// Every message, every version, in the order they were written (a message's parent comes
     /// before it).
     pub messages: Vec<ExportedMessage>,
@@ -303,6 +309,11 @@ pub fn markdown(
     if let Some(model) = &conversation.model {
         out.push_str(&format!("\n*Model: {model}*\n"));
     }
+    if let Some(prompt) = conversation.system_prompt.as_deref().map(str::trim_end) {
+        if !prompt.is_empty() {
+            out.push_str(&format!("\n## System prompt\n\n{prompt}\n"));
+        }
+    }
     let mut image_number = 0;
     for message in &conversation.messages {
         let who = match message.role {
@@ -345,8 +356,8 @@ fn export_conversation(
 ) -> Result<ExportedConversation> {
     let mut conversation = conn
         .query_row(
-            "SELECT id, title, model, pinned, created_at, updated_at FROM conversations
-             WHERE id = ?",
+            "SELECT id, title, model, pinned, created_at, updated_at, system_prompt
+             FROM conversations WHERE id = ?",
             [id],
             |row| {
                 Ok(ExportedConversation {
@@ -356,6 +367,7 @@ fn export_conversation(
                     pinned: row.get(3)?,
                     created_at: row.get(4)?,
                     updated_at: row.get(5)?,
+                    system_prompt: row.get(6)?,
                     messages: Vec::new(),
                 })
             },
@@ -446,6 +458,9 @@ fn check(export: &Export) -> Result<Vec<(String, Vec<u8>)>> {
                 conversation.id
             )));
         }
+        if let Some(prompt) = &conversation.system_prompt {
+            check_system_prompt(prompt).map_err(|e| bad(e.to_string()))?;
+        }
         let mut earlier = HashSet::new();
         for message in &conversation.messages {
             if !is_id(&message.id) || !message_ids.insert(message.id.as_str()) {
@@ -505,15 +520,17 @@ fn import_into(conn: &Connection, attachments_dir: &Path, export: &Export) -> Re
         )?;
         if !exists {
             conn.execute(
-                "INSERT INTO conversations (id, title, model, pinned, created_at, updated_at)
-                 VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO conversations (id, title, model, pinned, created_at, updated_at,
+                                            system_prompt)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
                 params![
                     conversation.id,
                     conversation.title,
                     conversation.model,
                     conversation.pinned,
                     conversation.created_at,
-                    conversation.updated_at
+                    conversation.updated_at,
+                    conversation.system_prompt
                 ],
             )?;
         }

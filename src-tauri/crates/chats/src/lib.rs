@@ -27,7 +27,7 @@ pub use export::{
     markdown, Export, ExportedAttachment, ExportedConversation, ExportedFile, ExportedMessage,
     ImportReport, EXPORT_FORMAT, EXPORT_VERSION,
 };
-pub use store::{Store, DATABASE_FILE};
+pub use store::{check_system_prompt, Store, DATABASE_FILE, SYSTEM_PROMPT_MAX_CHARS};
 pub use stream::{StreamWriter, DEFAULT_FLUSH_INTERVAL, DEFAULT_MAX_PENDING_BYTES};
 pub use types::{
     Attachment, AttachmentInput, AttachmentRef, Conversation, ConversationSummary, Message,

@@ -12,7 +12,11 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Migrations in order; the database's `PRAGMA user_version` counts how many have been applied.
 /// Append new steps, never edit shipped ones.
-pub(crate) const MIGRATIONS: &[&str] = &[V1_INITIAL, V2_GENERATED_IDS, V3_VERSIONS];
+pub(crate) const MIGRATIONS: &[&str] =
+    &[V1_INITIAL, V2_GENERATED_IDS, V3_VERSIONS, V4_SYSTEM_PROMPT];
+
+/// A conversation's own system prompt: NULL follows the app's default (Settings), '' is none.
+const V4_SYSTEM_PROMPT: &str = "ALTER TABLE conversations ADD COLUMN system_prompt TEXT;";
 
 /// Answer versions and branches: messages form a tree through `parent_id` (the message they
 /// follow; NULL for a conversation's first). Siblings are versions of one turn (a regenerated

@@ -18,6 +18,10 @@ use crate::types::{
 /// Name of the database file inside the data folder.
 pub const DATABASE_FILE: &str = "chats.sqlite3";
 
+/// The longest system prompt a conversation may have, in characters: room for detailed
+/// instructions, while a prompt of its own never crowds a small context window out.
+pub const SYSTEM_PROMPT_MAX_CHARS: usize = 8_000;
+
 /// Characters of the last message shown under a conversation's title.
 const PREVIEW_CHARS: usize = 120;
 
@@ -161,7 +165,7 @@ impl Store {
             let tx = inner.conn.transaction()?;
             let mut conversation = tx
                 .query_row(
-                    "SELECT id, title, model, pinned, created_at, updated_at
+                    "SELECT id, title, model, pinned, created_at, updated_at, system_prompt
                      FROM conversations WHERE id = ?",
                     [id],
                     |row| {
@@ -172,6 +176,7 @@ impl Store {
                             pinned: row.get(3)?,
                             created_at: row.get(4)?,
                             updated_at: row.get(5)?,
+                            system_prompt: row.get(6)?,
                             messages: Vec::new(),
                         })
                     },
@@ -201,6 +206,21 @@ impl Store {
     /// Records which model the conversation is held with.
     pub fn set_conversation_model(&self, id: &str, model: Option<&str>) -> Result<()> {
         self.update_conversation("setting a conversation's model", id, "model = ?2", &model)
+    }
+
+    /// Gives a conversation its own system prompt, used from its next answer on: `None`
+    /// follows the app's default, `Some("")` sends none. Does not count as activity.
+    /// Longer than [`SYSTEM_PROMPT_MAX_CHARS`] is refused.
+    pub fn set_system_prompt(&self, id: &str, prompt: Option<&str>) -> Result<()> {
+        if let Some(prompt) = prompt {
+            check_system_prompt(prompt)?;
+        }
+        self.update_conversation(
+            "setting a conversation's system prompt",
+            id,
+            "system_prompt = ?2",
+            &prompt,
+        )
     }
 
     fn update_conversation(
@@ -494,6 +514,18 @@ impl Store {
     }
 }
 
+/// Refuses a system prompt longer than [`SYSTEM_PROMPT_MAX_CHARS`], saying by how much.
+pub fn check_system_prompt(prompt: &str) -> Result<()> {
+    let chars = prompt.chars().count();
+    if chars > SYSTEM_PROMPT_MAX_CHARS {
+        return Err(Error::InvalidInput(format!(
+            "the system prompt is {chars} characters long; it can be at most \
+             {SYSTEM_PROMPT_MAX_CHARS}"
+        )));
+    }
+    Ok(())
+}
+
 /// Why an update of a streaming answer matched nothing.
 fn not_streaming(conn: &Connection, message_id: &str) -> Result<Error> {
     let status: Option<MessageStatus> = conn
@@ -783,23 +815,35 @@ mod tests {
 
     #[test]
     fn older_databases_open_with_every_message_and_each_conversation_as_one_branch() {
-        for applied in [1, 2] {
+        for applied in [1, 2, 3] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join(DATABASE_FILE);
             {
                 let mut conn = rusqlite::Connection::open(&path).unwrap();
                 schema::migrate(&mut conn, &path, &schema::MIGRATIONS[..applied]).unwrap();
-                conn.execute_batch(
-                    "INSERT INTO conversations (id, title, created_at, updated_at)
-                     VALUES ('c', 'Old', 1, 1);
-                     INSERT INTO messages (id, conversation_id, position, role, text, created_at)
+                // Before version 3 the order was the position; from it, the tree.
+                let messages = if applied < 3 {
+                    "INSERT INTO messages (id, conversation_id, position, role, text, created_at)
                      VALUES ('m0', 'c', 0, 'user', 'question', 1),
                             ('m1', 'c', 1, 'assistant', 'answer', 2),
-                            ('m2', 'c', 2, 'user', 'follow-up', 3);",
-                )
+                            ('m2', 'c', 2, 'user', 'follow-up', 3);"
+                } else {
+                    "INSERT INTO messages (id, conversation_id, position, role, text, created_at,
+                                           parent_id, chosen_at)
+                     VALUES ('m0', 'c', 0, 'user', 'question', 1, NULL, 1),
+                            ('m1', 'c', 1, 'assistant', 'answer', 2, 'm0', 2),
+                            ('m2', 'c', 2, 'user', 'follow-up', 3, 'm1', 3);"
+                };
+                conn.execute_batch(&format!(
+                    "INSERT INTO conversations (id, title, created_at, updated_at)
+                     VALUES ('c', 'Old', 1, 1);
+                     {messages}"
+                ))
                 .unwrap();
             }
             let store = Store::open(dir.path()).unwrap();
+            // An old chat follows the app's default system prompt until given its own.
+            assert_eq!(store.get_conversation("c").unwrap().system_prompt, None);
             let shown = store.get_conversation("c").unwrap().messages;
             let rows: Vec<(&str, u32, u32, u32)> = shown
                 .iter()
@@ -826,7 +870,56 @@ mod tests {
             let messages = store.get_conversation("c").unwrap().messages;
             assert_eq!(messages.len(), 4);
             assert_eq!(messages[3].generated, Some(vec![7, 70_000, u32::MAX]));
+            store.set_system_prompt("c", Some("Be brief.")).unwrap();
+            let again = store.get_conversation("c").unwrap();
+            assert_eq!(again.system_prompt.as_deref(), Some("Be brief."));
+            assert_eq!(again.messages.len(), 4);
         }
+    }
+
+    #[test]
+    fn a_chats_own_system_prompt_survives_reopening_and_can_go_back_to_the_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let chat = store.create_conversation("Reviews").unwrap();
+        let other = store.create_conversation("Other").unwrap();
+        let order = |store: &Store| -> Vec<String> {
+            let list = store.list_conversations().unwrap();
+            list.into_iter().map(|c| c.id).collect()
+        };
+        let before = order(&store);
+        let prompt = "Review code.\n<|turn>system\nnot a control token";
+        store.set_system_prompt(&chat.id, Some(prompt)).unwrap();
+        assert_eq!(order(&store), before, "setting a prompt is not activity");
+        drop(store);
+
+        let store = Store::open(dir.path()).unwrap();
+        let read = |id: &str| store.get_conversation(id).unwrap().system_prompt;
+        assert_eq!(read(&chat.id).as_deref(), Some(prompt));
+        assert_eq!(read(&other.id), None);
+        // "None" (an empty prompt) differs from following the default.
+        store.set_system_prompt(&chat.id, Some("")).unwrap();
+        assert_eq!(read(&chat.id).as_deref(), Some(""));
+        store.set_system_prompt(&chat.id, None).unwrap();
+        assert_eq!(read(&chat.id), None);
+
+        let at_limit = "é".repeat(super::SYSTEM_PROMPT_MAX_CHARS);
+        store.set_system_prompt(&chat.id, Some(&at_limit)).unwrap();
+        let err = store
+            .set_system_prompt(&chat.id, Some(&format!("{at_limit}x")))
+            .unwrap_err();
+        assert!(
+            matches!(err, super::Error::InvalidInput(_)) && err.to_string().contains("8000"),
+            "{err}"
+        );
+        assert_eq!(read(&chat.id).as_deref(), Some(at_limit.as_str()));
+        let missing = store
+            .set_system_prompt("no-such-chat", Some("x"))
+            .unwrap_err();
+        assert!(
+            matches!(missing, super::Error::NotFound { .. }),
+            "{missing}"
+        );
     }
 
     #[test]

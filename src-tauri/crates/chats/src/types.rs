@@ -102,6 +102,8 @@ pub struct Conversation {
     pub created_at: i64,
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub updated_at: i64,
+    /// Its own system prompt: `None` follows the app's default, `Some("")` is none at all.
+    pub system_prompt: Option<String>,
     pub messages: Vec<Message>,
 }
 

@@ -29,12 +29,17 @@ fn usage() -> Usage {
     }
 }
 
-/// A chat with two images, a regenerated answer (two versions) and a follow-up.
+/// The system prompt of [`chat_with_everything`].
+const SYSTEM_PROMPT: &str = "Describe images in one sentence.";
+
+/// A chat with its own system prompt, two images, a regenerated answer (two versions) and a
+/// follow-up.
 fn chat_with_everything(store: &Store) -> String {
     let chat = store.create_conversation("Photos & plans").unwrap().id;
     store
         .set_conversation_model(&chat, Some("gemma-4-e4b-it-4bit"))
         .unwrap();
+    store.set_system_prompt(&chat, Some(SYSTEM_PROMPT)).unwrap();
     let png = store
         .store_attachment(PNG, "image/png", Some(4), Some(3))
         .unwrap();
@@ -103,7 +108,9 @@ fn export_delete_import_gives_back_every_message_and_image_byte_for_byte() {
         .map(|a| fs::read(store.attachment_path(&a.id).unwrap()).unwrap())
         .collect();
     assert_eq!(bytes, [PNG.to_vec(), JPEG.to_vec()]);
-    let answer = &store.get_conversation(&chat).unwrap().messages[1];
+    let imported = store.get_conversation(&chat).unwrap();
+    assert_eq!(imported.system_prompt.as_deref(), Some(SYSTEM_PROMPT));
+    let answer = &imported.messages[1];
     assert_eq!(answer.generated, Some(vec![12, 13]));
     assert_eq!(answer.usage, Some(usage()));
     // The import is searchable like anything written here.
@@ -182,6 +189,9 @@ fn damaged_or_foreign_files_are_refused_and_change_nothing() {
     missing_file.files.remove(&a_hash);
     let mut path_as_id = export.clone();
     path_as_id.conversations[0].messages[0].id = "../../../../etc/passwd".into();
+    let mut long_prompt = export.clone();
+    long_prompt.conversations[0].system_prompt =
+        Some("x".repeat(chats::SYSTEM_PROMPT_MAX_CHARS + 1));
 
     let bad: Vec<(&str, Vec<u8>)> = vec![
         ("cut short", json[..json.len() / 2].to_vec()),
@@ -208,6 +218,10 @@ fn damaged_or_foreign_files_are_refused_and_change_nothing() {
             "an id that is a path",
             serde_json::to_vec(&path_as_id).unwrap(),
         ),
+        (
+            "a system prompt over the limit",
+            serde_json::to_vec(&long_prompt).unwrap(),
+        ),
     ];
     let files_before = fs::read_dir(dir.path().join(chats::ATTACHMENTS_DIR))
         .unwrap()
@@ -231,6 +245,33 @@ fn damaged_or_foreign_files_are_refused_and_change_nothing() {
         .unwrap()
         .count();
     assert_eq!(files_after, files_before);
+}
+
+#[test]
+fn an_export_from_before_system_prompts_imports_with_the_default_prompt() {
+    let (_dir, store) = open();
+    let chat = chat_with_everything(&store);
+    let json = store.export_json(None).unwrap();
+    let mut old: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    let conversation = old["conversations"][0].as_object_mut().unwrap();
+    assert!(
+        conversation.remove("systemPrompt").is_some(),
+        "{conversation:?}"
+    );
+    store.delete_conversation(&chat).unwrap();
+
+    let report = store
+        .import_json(&serde_json::to_vec(&old).unwrap())
+        .unwrap();
+
+    assert_eq!((report.conversations_added, report.messages_added), (1, 4));
+    let imported = store.get_conversation(&chat).unwrap();
+    assert_eq!(imported.system_prompt, None);
+    assert_eq!(imported.messages.len(), 3);
+    // A chat without one of its own writes none: the file reads as before.
+    store.set_system_prompt(&chat, None).unwrap();
+    let again = String::from_utf8(store.export_json(None).unwrap()).unwrap();
+    assert!(!again.contains("systemPrompt"), "{again}");
 }
 
 #[test]
@@ -290,6 +331,10 @@ fn markdown_reads_as_the_conversation_shown_with_images_beside_it() {
     assert!(
         text.contains("## Gemma") && text.contains("Thanks"),
         "{text}"
+    );
+    assert!(
+        text.contains(&format!("## System prompt\n\n{SYSTEM_PROMPT}\n\n## You")),
+        "the chat's own prompt comes first: {text}"
     );
     let mut images: Vec<Vec<u8>> = fs::read_dir(out.join("My chat_files"))
         .unwrap()

@@ -344,6 +344,15 @@ impl Tokenizer {
         Ok(ids)
     }
 
+    /// How many tokens `text` takes as a message's text: control-token text a person wrote
+    /// counts as the ordinary text it is (as [`crate::template::ChatTemplate::prompt_ids`]
+    /// encodes it), without the turn markers around it.
+    pub fn count_text(&self, text: &str) -> Result<usize> {
+        Ok(self
+            .encode_marked(&self.mark_special_text(text, &[])?)?
+            .len())
+    }
+
     /// Whether `id` is a special (control) token: `<bos>`, `<|turn>`, `<|image|>`, …
     pub fn is_special(&self, id: u32) -> bool {
         self.literal.contains_key(&id)

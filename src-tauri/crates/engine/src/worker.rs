@@ -52,7 +52,8 @@ const IMAGE_FEATURES_KEPT: usize = 16;
 pub struct LoadedModel {
     pub dir: PathBuf,
     pub model: Model,
-    pub tokenizer: Tokenizer,
+    /// Shared so that counting a draft's tokens never waits behind a generation.
+    pub tokenizer: Arc<Tokenizer>,
     pub template: ChatTemplate,
     pub specials: SpecialTokens,
     features: RefCell<FeatureCache>,
@@ -82,7 +83,7 @@ impl LoadedModel {
     /// Loads everything a chat needs from `dir`.
     pub fn load(dir: &Path, options: &LoadOptions) -> Result<Self, EngineError> {
         let model = Model::load(dir, options)?;
-        let tokenizer = Tokenizer::load(dir)?;
+        let tokenizer = Arc::new(Tokenizer::load(dir)?);
         let template = ChatTemplate::load(dir)?;
         let specials = SpecialTokens::load(dir, &tokenizer)?;
         Ok(Self {
@@ -374,10 +375,15 @@ pub struct DrafterInfo {
 pub struct Engine {
     commands: Sender<Command>,
     queue: Arc<Queue>,
+    /// The loaded model's tokenizer, read outside the engine thread (see [`Engine::count_tokens`]).
+    tokenizer: TokenizerSlot,
     next_id: AtomicU64,
     running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>>,
     thread: Option<JoinHandle<()>>,
 }
+
+/// The tokenizer of the model loaded now, if any; the engine thread sets it.
+type TokenizerSlot = Arc<Mutex<Option<Arc<Tokenizer>>>>;
 
 /// What lets the warm-up after a load yield to the user: commands sent and not yet taken by
 /// the engine thread, and the flag that stops the warm-up when there are any.
@@ -418,13 +424,16 @@ impl Engine {
         let finished = running.clone();
         let queue = Arc::new(Queue::default());
         let taken = queue.clone();
+        let tokenizer = TokenizerSlot::default();
+        let published = tokenizer.clone();
         let thread = std::thread::Builder::new()
             .name("gemma-engine".into())
-            .spawn(move || run(inbox, &taken, finished))
+            .spawn(move || run(inbox, &taken, finished, &published))
             .ok();
         Self {
             commands,
             queue,
+            tokenizer,
             next_id: AtomicU64::new(1),
             running,
             thread,
@@ -511,6 +520,14 @@ impl Engine {
         self.canceller().cancel(id)
     }
 
+    /// Tokens of `text` as a message's text, by the loaded model's tokenizer (see
+    /// [`Tokenizer::count_text`]). Counted on the caller's thread: it answers at once, also
+    /// while a generation runs.
+    pub fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
+        let tokenizer = self.tokenizer.lock().ok().and_then(|slot| slot.clone());
+        Ok(tokenizer.ok_or(EngineError::NoModel)?.count_text(text)?)
+    }
+
     /// A handle that can stop generations, e.g. from inside an event callback, without holding
     /// the engine (whose last owner joins the engine thread when dropped).
     pub fn canceller(&self) -> Canceller {
@@ -554,7 +571,13 @@ fn run(
     inbox: Receiver<Command>,
     queue: &Queue,
     running: Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>>,
+    tokenizer: &TokenizerSlot,
 ) {
+    let publish = |loaded: Option<&LoadedModel>| {
+        if let Ok(mut slot) = tokenizer.lock() {
+            *slot = loaded.map(|m| m.tokenizer.clone());
+        }
+    };
     let mut loaded: Option<LoadedModel> = None;
     // One conversation's cache is kept: enough for follow-ups, bounded memory.
     let mut session: Option<(String, Session)> = None;
@@ -569,6 +592,7 @@ fn run(
             } => {
                 session = None;
                 loaded = None;
+                publish(None);
                 let result = LoadedModel::load(&dir, &options).map(|m| {
                     let info = ModelInfo {
                         vision: m.model.vision().is_some() && m.specials.image.is_some(),
@@ -576,6 +600,7 @@ fn run(
                     loaded = Some(m);
                     info
                 });
+                publish(loaded.as_ref());
                 // The flag before the reply: a request sent once the caller has it stops the
                 // warm-up (between prefill chunks or tokens), so the app is ready at once and
                 // the user's first message waits for at most one chunk of it. A failure here
@@ -620,6 +645,7 @@ fn run(
             Command::Unload { reply } => {
                 session = None;
                 loaded = None;
+                publish(None);
                 let _ = reply.send(());
             }
             Command::Generate {
