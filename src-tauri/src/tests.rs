@@ -1010,10 +1010,12 @@ fn the_draft_token_count_is_what_the_message_adds_and_comes_while_an_answer_stre
             std::thread::sleep(Duration::from_millis(1));
         }
         let during = h.state.chat.count_tokens(&typed).unwrap() as u32;
-        let still_running = h
-            .generation_events(sent.generation_id)
-            .iter()
-            .all(|e| matches!(e, GenerationEvent::Delta { .. }));
+        let still_running = h.generation_events(sent.generation_id).iter().all(|e| {
+            matches!(
+                e,
+                GenerationEvent::Prefill { .. } | GenerationEvent::Delta { .. }
+            )
+        });
         h.state.chat.stop(sent.generation_id);
         h.finish(sent.generation_id);
         if still_running {
