@@ -170,6 +170,17 @@ fn id_of(event: &GenerationEvent) -> u64 {
     }
 }
 
+/// The prompt's reading as reported: `(done, total)` of each `Prefill` event.
+fn reading(events: &[GenerationEvent]) -> Vec<(u64, u64)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            GenerationEvent::Prefill { done, total, .. } => Some((*done, *total)),
+            _ => None,
+        })
+        .collect()
+}
+
 fn streamed_text(events: &[GenerationEvent]) -> String {
     events
         .iter()
@@ -201,20 +212,13 @@ fn a_long_prompt_reports_its_reading_chunk_by_chunk_before_the_first_token() {
     let h = Harness::with_model();
     let settings = Settings {
         max_tokens: 3,
-        temperature: 0.0,
         context_length: 8192,
-        ..Settings::default()
+        ..short()
     };
     let text = "Read this carefully, word by word. ".repeat(160);
     let sent = h.send(&text, &settings).unwrap();
     let events = h.finish(sent.generation_id);
-    let progress: Vec<(u64, u64)> = events
-        .iter()
-        .filter_map(|e| match e {
-            GenerationEvent::Prefill { done, total, .. } => Some((*done, *total)),
-            _ => None,
-        })
-        .collect();
+    let progress = reading(&events);
     let first_delta = events
         .iter()
         .position(|e| matches!(e, GenerationEvent::Delta { .. }))
@@ -257,13 +261,7 @@ fn a_long_prompt_reports_its_reading_chunk_by_chunk_before_the_first_token() {
     };
     let fresh = (usage.prompt_tokens - usage.reused_tokens) as u64;
     assert!(fresh < 64, "{usage:?}");
-    let progress: Vec<(u64, u64)> = events
-        .iter()
-        .filter_map(|e| match e {
-            GenerationEvent::Prefill { done, total, .. } => Some((*done, *total)),
-            _ => None,
-        })
-        .collect();
+    let progress = reading(&events);
     assert_eq!(progress, vec![(0, fresh), (fresh, fresh)]);
 }
 

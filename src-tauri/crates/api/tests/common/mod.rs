@@ -5,7 +5,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -19,21 +18,9 @@ use serde_json::Value;
 pub const KEY: &str = "test-key-0123456789abcdef";
 pub const MODEL: &str = "tiny";
 
-/// The tiny random-weight checkpoint `make fixtures` writes (`GEMMA_FIXTURES` overrides where).
-pub fn fixture() -> PathBuf {
-    let root = std::env::var_os("GEMMA_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures")
-        });
-    let dir = root.join("tiny");
-    assert!(
-        dir.join("config.json").exists(),
-        "fixture {} missing: run `make fixtures`",
-        dir.display()
-    );
-    dir
-}
+#[path = "../../../fixture_dir.rs"]
+mod fixture_dir;
+pub use fixture_dir::fixture;
 
 /// One engine for the whole test binary, the tiny model loaded in float32 (fastest on CPU).
 pub fn engine() -> Arc<Engine> {
