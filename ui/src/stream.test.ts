@@ -14,6 +14,9 @@ function manualFrames() {
   };
 }
 
+/** A clock that never moves: renders take no time, so no frame is ever skipped. */
+const still = () => 0;
+
 const delta = (generationId: number, messageId: string, text: string, tokenCount = 1): GenerationEvent => ({
   type: "delta",
   generationId,
@@ -27,7 +30,7 @@ describe("FrameScheduler", () => {
   it("renders many marks within one frame once, with every key", () => {
     const frames = manualFrames();
     const renders: string[][] = [];
-    const scheduler = new FrameScheduler<string>((keys) => renders.push(keys), frames.request);
+    const scheduler = new FrameScheduler<string>((keys) => renders.push(keys), frames.request, still);
     for (let i = 0; i < 500; i++) scheduler.mark(i % 2 ? "a" : "b");
     expect(frames.pending).toBe(1);
     expect(renders).toHaveLength(0);
@@ -38,7 +41,7 @@ describe("FrameScheduler", () => {
   it("schedules a new frame for marks after a render", () => {
     const frames = manualFrames();
     let renders = 0;
-    const scheduler = new FrameScheduler<string>(() => renders++, frames.request);
+    const scheduler = new FrameScheduler<string>(() => renders++, frames.request, still);
     scheduler.mark("a");
     frames.run();
     scheduler.mark("a");
@@ -79,7 +82,7 @@ describe("FrameScheduler", () => {
   it("flushes immediately when asked, and the pending frame then renders nothing", () => {
     const frames = manualFrames();
     let renders = 0;
-    const scheduler = new FrameScheduler<string>(() => renders++, frames.request);
+    const scheduler = new FrameScheduler<string>(() => renders++, frames.request, still);
     scheduler.mark("a");
     scheduler.flush();
     expect(renders).toBe(1);
