@@ -35,7 +35,7 @@ TAURI_DRIVER := $(DEPS)/cargo/bin/tauri-driver
 PYENV := $(DEPS)/py
 
 .PHONY: run test deps system-deps mlx-wheel ui-deps ui py-deps tauri-driver \
-        fixtures build-all test-rust test-ui test-parity test-api test-e2e app lint clean-deps
+        fixtures build-all test-rust test-ui test-parity test-api test-e2e app lint clean-deps api-node-deps
 
 # ---------------------------------------------------------------- the two commands
 run: deps build-all
@@ -75,6 +75,12 @@ ui/node_modules/.installed: ui/package-lock.json
 
 ui: ui-deps
 	cd ui && npm run build
+
+# The official openai Node SDK for the local API's client test (tests/api/node, its own lock file).
+api-node-deps: tests/api/node/node_modules/.installed
+tests/api/node/node_modules/.installed: tests/api/node/package-lock.json
+	cd tests/api/node && npm ci --no-audit --no-fund
+	touch $@
 
 # The Python reference (mlx-vlm on MLX CPU) for parity tests; never used by the app.
 py-deps: $(PYENV)/.installed
@@ -118,10 +124,11 @@ test-parity: fixtures build-all
 	$(PYENV)/bin/python tests/parity/image_parity.py --model $(FIXTURES)/tiny --preprocess target/debug/examples/preprocess
 	$(PYENV)/bin/python tests/parity/mtp_parity.py --cli $(CLI) --model $(FIXTURES)/tiny --drafter $(FIXTURES)/tiny-assistant
 
-# The local API through a client nobody here wrote: the official `openai` SDK (tests/requirements.txt)
-# against `gemma-desk-cli serve` on the tiny model.
-test-api: fixtures build-all
-	$(PYENV)/bin/python tests/api/openai_client.py --cli $(CLI) --model $(FIXTURES)/tiny
+# The local API through clients nobody here wrote: the official `openai` Python SDK and
+# `langchain-openai` (tests/requirements.txt), and the official `openai` Node SDK
+# (tests/api/node), against `gemma-desk-cli serve` on the tiny model.
+test-api: fixtures build-all api-node-deps
+	$(PYENV)/bin/python tests/api/openai_client.py --cli $(CLI) --model $(FIXTURES)/tiny --node tests/api/node
 
 test-e2e: fixtures build-all
 	GEMMA_FIXTURES=$(ROOT)/$(FIXTURES) tests/e2e/run.sh $(APP)

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""The official `openai` Python SDK (pinned in tests/requirements.txt), a client nobody here
-wrote, against `gemma-desk-cli serve` on the tiny fixture. Each step checks what the client got,
-not only that it did not raise: the model list, a plain answer and its usage (and the prompt
-cache on a repeat), a streamed answer about an image with the usage chunk, a wrong key, an
-unknown model and a prompt too long for the context; a second server on the same port is
-refused in words. Then SIGTERM (what Ctrl+C does) stops the server cleanly.
+"""Clients nobody here wrote against `gemma-desk-cli serve` on the tiny fixture: the official
+`openai` Python SDK and `langchain-openai` (pinned in tests/requirements.txt), and with `--node`
+the official `openai` Node SDK (tests/api/node/client.mjs, pinned in its package.json). Each step
+checks what the client got, not only that it did not raise: the model list, a plain answer and
+its usage (and the prompt cache on a repeat), a streamed answer about an image with the usage
+chunk, a wrong key, an unknown model and a prompt too long for the context; LangChain's invoke
+and stream agree; a second server on the same port is refused in words. Then SIGTERM (what
+Ctrl+C does) stops the server cleanly.
 
-    python tests/api/openai_client.py --cli target/debug/gemma-desk-cli --model tests/out/fixtures/tiny
+    python tests/api/openai_client.py --cli target/debug/gemma-desk-cli --model tests/out/fixtures/tiny \
+        [--node tests/api/node]
 """
 
 import argparse
@@ -147,10 +150,51 @@ def run(client: OpenAI, base_url: str) -> None:
         check(e.code == "context_length_exceeded", "a prompt too long raises BadRequestError (context_length_exceeded)")
 
 
+def langchain(base_url: str, key: str) -> None:
+    """LangChain's `ChatOpenAI`, as an app built on LangChain would point it at us."""
+    import langchain_openai
+    from langchain_core.messages import HumanMessage, SystemMessage
+    from langchain_openai import ChatOpenAI
+
+    print(f"langchain-openai {langchain_openai.__version__ if hasattr(langchain_openai, '__version__') else ''}".strip())
+    chat = ChatOpenAI(model=MODEL, base_url=base_url, api_key=key, temperature=0, max_tokens=5,
+                      max_retries=0, timeout=300, stream_usage=True)
+    messages = [SystemMessage("Reply in one word."), HumanMessage("Pick a fruit.")]
+    answer = chat.invoke(messages)
+    check(isinstance(answer.content, str), "langchain: invoke returns an AIMessage with text")
+    meta = answer.usage_metadata
+    check(meta is not None and 1 <= meta["output_tokens"] <= 5, "langchain: usage_metadata counts the answer's tokens")
+    check(meta["total_tokens"] == meta["input_tokens"] + meta["output_tokens"], "langchain: total = input + output")
+    check(answer.response_metadata.get("finish_reason") in ("stop", "length"), "langchain: a finish_reason")
+    chunks = list(chat.stream(messages))
+    check(len(chunks) >= 2, f"langchain: the answer streamed in {len(chunks)} chunks")
+    whole = chunks[0]
+    for chunk in chunks[1:]:
+        whole = whole + chunk
+    check(whole.content == answer.content, "langchain: the streamed chunks add up to the invoked answer (greedy)")
+    check(whole.usage_metadata is not None and whole.usage_metadata["output_tokens"] == meta["output_tokens"],
+          "langchain: the stream's usage counts the same tokens")
+    batch = chat.batch([[HumanMessage("One.")], [HumanMessage("Two.")]])
+    check(len(batch) == 2 and all(isinstance(b.content, str) for b in batch),
+          "langchain: two requests sent together are both answered (queued)")
+
+
+def node_client(node_dir: str, base_url: str, key: str) -> None:
+    """The official Node SDK, run as a separate program against the same server."""
+    env = dict(os.environ, GD_BASE_URL=base_url, GD_API_KEY=key, GD_MODEL=MODEL)
+    done = subprocess.run(["node", os.path.join(node_dir, "client.mjs")], env=env, timeout=900,
+                          capture_output=True, text=True)
+    sys.stdout.write(done.stdout)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+    check(done.returncode == 0, "the openai Node SDK's checks passed")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cli", required=True)
     parser.add_argument("--model", required=True)
+    parser.add_argument("--node", help="tests/api/node with its node_modules installed (npm ci)")
     args = parser.parse_args()
     print(f"openai {openai.__version__}")
     key = "gd-test-" + secrets.token_urlsafe(24)
@@ -162,6 +206,9 @@ def main() -> int:
         server, base_url = start(args.cli, args.model, key_file, log)
         try:
             run(OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=300), base_url)
+            langchain(base_url, key)
+            if args.node:
+                node_client(args.node, base_url, key)
             port = base_url.split(":")[2].split("/")[0]
             busy = subprocess.run(
                 [args.cli, "serve", "--model", args.model, "--port", port, "--api-key-file", key_file],
