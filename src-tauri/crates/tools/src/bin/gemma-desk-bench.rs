@@ -35,8 +35,21 @@ use mlx_rs::{Array, Dtype};
 )]
 struct Cli {
     /// The plan (`bench/reference_worker.py prepare` writes it).
-    #[arg(long)]
-    plan: PathBuf,
+    #[arg(long, required_unless_present = "api_overhead")]
+    plan: Option<PathBuf>,
+    /// Instead of the plan: the local API's cost over the engine for the model in this folder
+    /// (`tools::api_overhead`): the same greedy request straight to the engine and over HTTP.
+    #[arg(long, value_name = "MODEL_DIR", conflicts_with = "plan")]
+    api_overhead: Option<PathBuf>,
+    /// Repetitions of each path with `--api-overhead`.
+    #[arg(long, default_value_t = 5)]
+    api_reps: usize,
+    /// Words (about one token each) of the request's message with `--api-overhead`.
+    #[arg(long, default_value_t = 512)]
+    api_prompt_words: usize,
+    /// Tokens answered with `--api-overhead`.
+    #[arg(long, default_value_t = 128)]
+    api_max_tokens: usize,
     /// Compute dtype (default: the engine's choice for this device).
     #[arg(long, value_enum)]
     dtype: Option<DtypeArg>,
@@ -481,15 +494,30 @@ fn mlx_clear_cache() {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let plan: Plan = serde_json::from_str(
-        &std::fs::read_to_string(&cli.plan)
-            .with_context(|| format!("reading {}", cli.plan.display()))?,
-    )
-    .context("parsing the plan")?;
     let dtype = cli.dtype.map(|d| match d {
         DtypeArg::Bfloat16 => Dtype::Bfloat16,
         DtypeArg::Float32 => Dtype::Float32,
     });
+    if let Some(model) = &cli.api_overhead {
+        let result = tools::api_overhead::run(&tools::api_overhead::Plan {
+            model,
+            load: LoadOptions {
+                dtype,
+                ..LoadOptions::default()
+            },
+            prompt_words: cli.api_prompt_words,
+            max_tokens: cli.api_max_tokens,
+            reps: cli.api_reps.max(1),
+        })?;
+        println!("{result}");
+        return Ok(());
+    }
+    let plan_path = cli.plan.as_ref().context("--plan is required")?;
+    let plan: Plan = serde_json::from_str(
+        &std::fs::read_to_string(plan_path)
+            .with_context(|| format!("reading {}", plan_path.display()))?,
+    )
+    .context("parsing the plan")?;
 
     let mut tuning = Tuning::for_backend();
     if let Some(DenseFrom(rows)) = cli.dense_from {
