@@ -244,7 +244,7 @@ fn http(port: u16, key: &str, text: &str, max_tokens: usize) -> Result<Timing> {
         if line.is_empty() {
             break;
         }
-        if line.to_ascii_lowercase() == "transfer-encoding: chunked" {
+        if line.eq_ignore_ascii_case("transfer-encoding: chunked") {
             chunked = true;
         }
     }
