@@ -6,8 +6,9 @@
 
 use serde_json::{Map, Number, Value};
 
+use crate::detokenize::{Detokenizer, Shown};
 use crate::template::ToolCall;
-use crate::tokenizer::{Tokenizer, CHANNEL_CLOSE, CHANNEL_OPEN};
+use crate::tokenizer::{Tokenizer, TokenizerError, CHANNEL_CLOSE, CHANNEL_OPEN};
 
 /// Opens a tool call.
 pub const TOOL_CALL_OPEN: &str = "<|tool_call>";
@@ -55,6 +56,31 @@ impl Markers {
             .find(|(known, _)| *known == Some(id))
             .map(|(_, marker)| *marker)
     }
+}
+
+/// The deltas the generator streams for an answer of `ids` (each id's marker, and the text it
+/// completes), as `Event::Delta` carries them; the end-of-turn id is not among `ids`. For
+/// replaying an answer, and for tests that need a real answer's events.
+pub fn replay(
+    tokenizer: &Tokenizer,
+    ids: &[u32],
+) -> Result<Vec<(Option<Marker>, String)>, TokenizerError> {
+    let shown = Shown::new(tokenizer);
+    let markers = Markers::new(tokenizer);
+    let mut detok = Detokenizer::new(tokenizer, false);
+    let mut out = Vec::with_capacity(ids.len() + 1);
+    for &id in ids {
+        let text = if shown.shows(tokenizer, id) {
+            detok.push(id)?.unwrap_or_default()
+        } else {
+            String::new()
+        };
+        out.push((markers.of(id), text));
+    }
+    if let Some(rest) = detok.finish()? {
+        out.push((None, rest));
+    }
+    Ok(out)
 }
 
 /// One piece of an answer, as a client is shown it.
