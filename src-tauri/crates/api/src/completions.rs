@@ -444,16 +444,17 @@ impl Answer {
                             self.ready.push_back(Step::Text(rest));
                         }
                     }
-                    self.ready.push_back(match finish_reason(usage.stop_reason, hit) {
-                        Some("stop") if self.calls > 0 => Step::Done {
-                            finish: "tool_calls",
-                            usage,
-                        },
-                        Some(finish) => Step::Done { finish, usage },
-                        None => Step::Failed(ApiError::Stopped(
-                            "the model was switched or the server is stopping".into(),
-                        )),
-                    });
+                    self.ready
+                        .push_back(match finish_reason(usage.stop_reason, hit) {
+                            Some("stop") if self.calls > 0 => Step::Done {
+                                finish: "tool_calls",
+                                usage,
+                            },
+                            Some(finish) => Step::Done { finish, usage },
+                            None => Step::Failed(ApiError::Stopped(
+                                "the model was switched or the server is stopping".into(),
+                            )),
+                        });
                 }
                 Event::Error { error, .. } => {
                     self.guard.ended();
@@ -536,7 +537,6 @@ impl Answer {
         push_event(&mut out, &self.completion.chunk(delta, None, with_usage));
         Some(out)
     }
-
 }
 
 fn push_event(out: &mut String, value: &Value) {
@@ -857,7 +857,10 @@ mod tests {
         let first = |field: &str| {
             chunks
                 .iter()
-                .position(|c| !c["choices"][0]["delta"][field].is_null())
+                .position(|c| {
+                    let value = &c["choices"][0]["delta"][field];
+                    value.is_array() || value.as_str().is_some_and(|t| !t.is_empty())
+                })
                 .unwrap()
         };
         assert!(first("reasoning_content") < first("content"));
@@ -897,7 +900,10 @@ mod tests {
             delta_text(&chunks, "content"),
             "<|tool_call>call:get_time{oops<tool_call|>"
         );
-        assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "stop");
+        assert_eq!(
+            chunks.last().unwrap()["choices"][0]["finish_reason"],
+            "stop"
+        );
         let body = whole_body(&broken, true).await;
         assert!(body["choices"][0]["message"].get("tool_calls").is_none());
     }

@@ -71,7 +71,10 @@ pub fn convert(
         if let (Role::Assistant, true, Some(last)) = (role, calls.is_empty(), out.last_mut()) {
             let open = last.role == Role::Assistant
                 && !last.tool_responses.is_empty()
-                && last.content.iter().all(|p| matches!(p, Part::Text { text } if text.is_empty()));
+                && last
+                    .content
+                    .iter()
+                    .all(|p| matches!(p, Part::Text { text } if text.is_empty()));
             if open {
                 last.content = parts;
                 continue;
@@ -113,7 +116,10 @@ fn tool_calls(calls: &Value, param: &str) -> Result<Vec<(String, ToolCall)>, Api
     for (k, call) in list.iter().enumerate() {
         let param = format!("{param}[{k}]");
         let function = call.get("function").ok_or_else(|| {
-            ApiError::invalid(&param, "a tool call needs a `function` with `name` and `arguments`")
+            ApiError::invalid(
+                &param,
+                "a tool call needs a `function` with `name` and `arguments`",
+            )
         })?;
         let name = function
             .get("name")
@@ -133,7 +139,11 @@ fn tool_calls(calls: &Value, param: &str) -> Result<Vec<(String, ToolCall)>, Api
             })?,
             Some(object) => object.clone(),
         };
-        let id = call.get("id").and_then(Value::as_str).unwrap_or("").to_owned();
+        let id = call
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
         out.push((
             id,
             ToolCall {
@@ -437,18 +447,33 @@ mod tests {
             true,
         )
         .unwrap();
-        assert_eq!(messages.len(), 2, "call, results and answer are one model turn");
+        assert_eq!(
+            messages.len(),
+            2,
+            "call, results and answer are one model turn"
+        );
         let answer = &messages[1];
         assert_eq!(answer.tool_calls[0].arguments, json!({"city": "Paris"}));
         assert_eq!(answer.tool_calls[1].arguments, json!({}));
         assert_eq!(
             answer.tool_responses,
             [
-                ToolResponse { name: "get_time".into(), response: json!("noon") },
-                ToolResponse { name: "get_weather".into(), response: json!({"sky": "clear"}) },
+                ToolResponse {
+                    name: "get_time".into(),
+                    response: json!("noon")
+                },
+                ToolResponse {
+                    name: "get_weather".into(),
+                    response: json!({"sky": "clear"})
+                },
             ]
         );
-        assert_eq!(answer.content, [Part::Text { text: "Clear at noon.".into() }]);
+        assert_eq!(
+            answer.content,
+            [Part::Text {
+                text: "Clear at noon.".into()
+            }]
+        );
 
         let mut stray = message("tool", json!("x"));
         stray.tool_call_id = Some("call_9".into());

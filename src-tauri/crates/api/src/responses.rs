@@ -109,7 +109,12 @@ fn input_item(item: &Value, param: &str, messages: &mut Vec<ChatMessage>) -> Res
         item.get(name)
             .and_then(Value::as_str)
             .map(str::to_owned)
-            .ok_or_else(|| ApiError::invalid(param, format!("a `{}` item needs a string `{name}`", kind.unwrap_or(""))))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    param,
+                    format!("a `{}` item needs a string `{name}`", kind.unwrap_or("")),
+                )
+            })
     };
     match kind {
         Some("message") | None if item.get("role").is_some() => {
@@ -271,8 +276,16 @@ impl Echo {
 /// The item being written (a thought or a message), with its index in `output`.
 #[derive(Debug)]
 enum Open {
-    Reasoning { id: String, index: usize, text: String },
-    Message { id: String, index: usize, text: String },
+    Reasoning {
+        id: String,
+        index: usize,
+        text: String,
+    },
+    Message {
+        id: String,
+        index: usize,
+        text: String,
+    },
 }
 
 /// The response being built from an answer's steps, and the events that tell it.
@@ -375,10 +388,21 @@ impl Output {
                         text: String::new(),
                     });
                 }
-                if let Some(Open::Message { id, index, text: all }) = &mut self.open {
+                let fields = if let Some(Open::Message {
+                    id,
+                    index,
+                    text: all,
+                }) = &mut self.open
+                {
                     all.push_str(&text);
-                    let fields = json!({ "item_id": id, "output_index": index, "content_index": 0,
-                                         "delta": text, "logprobs": [] });
+                    Some(
+                        json!({ "item_id": id, "output_index": index, "content_index": 0,
+                                         "delta": text, "logprobs": [] }),
+                    )
+                } else {
+                    None
+                };
+                if let Some(fields) = fields {
                     events.push(self.event("response.output_text.delta", fields));
                 }
             }
@@ -398,10 +422,21 @@ impl Output {
                         text: String::new(),
                     });
                 }
-                if let Some(Open::Reasoning { id, index, text: all }) = &mut self.open {
+                let fields = if let Some(Open::Reasoning {
+                    id,
+                    index,
+                    text: all,
+                }) = &mut self.open
+                {
                     all.push_str(&text);
-                    let fields = json!({ "item_id": id, "output_index": index, "content_index": 0,
-                                         "delta": text });
+                    Some(
+                        json!({ "item_id": id, "output_index": index, "content_index": 0,
+                                         "delta": text }),
+                    )
+                } else {
+                    None
+                };
+                if let Some(fields) = fields {
                     events.push(self.event("response.reasoning_text.delta", fields));
                 }
             }
@@ -528,29 +563,35 @@ async fn whole(mut answer: Answer, mut output: Output) -> Result<Response, ApiEr
 fn stream(answer: Answer, mut output: Output) -> Response {
     let opening = frame(&output.opening());
     let state = (answer, output, Some(opening), false);
-    let events = futures_util::stream::unfold(state, |(mut answer, mut output, first, ended)| async move {
-        if let Some(first) = first {
-            return Some((Ok::<_, Infallible>(Bytes::from(first)), (answer, output, None, false)));
-        }
-        if ended {
-            return None;
-        }
-        let step = answer.step().await;
-        let done = matches!(step, Step::Done { .. });
-        let (bytes, ended) = match output.step(step) {
-            Ok(events) => (frame(&events), done),
-            Err(error) => {
-                let envelope = error.envelope();
-                let error = &envelope["error"];
-                let event = output.event(
+    let events = futures_util::stream::unfold(
+        state,
+        |(mut answer, mut output, first, ended)| async move {
+            if let Some(first) = first {
+                return Some((
+                    Ok::<_, Infallible>(Bytes::from(first)),
+                    (answer, output, None, false),
+                ));
+            }
+            if ended {
+                return None;
+            }
+            let step = answer.step().await;
+            let done = matches!(step, Step::Done { .. });
+            let (bytes, ended) = match output.step(step) {
+                Ok(events) => (frame(&events), done),
+                Err(error) => {
+                    let envelope = error.envelope();
+                    let error = &envelope["error"];
+                    let event = output.event(
                     "error",
                     json!({ "code": error["code"], "message": error["message"], "param": error["param"] }),
                 );
-                (frame(&[event]), true)
-            }
-        };
-        Some((Ok(Bytes::from(bytes)), (answer, output, None, ended)))
-    });
+                    (frame(&[event]), true)
+                }
+            };
+            Some((Ok(Bytes::from(bytes)), (answer, output, None, ended)))
+        },
+    );
     let mut response = Body::from_stream(events).into_response();
     let headers = response.headers_mut();
     headers.insert(
@@ -578,7 +619,9 @@ mod tests {
     use super::*;
 
     fn request(body: Value) -> Result<ChatCompletionRequest, ApiError> {
-        serde_json::from_value::<ResponsesRequest>(body).unwrap().into_chat()
+        serde_json::from_value::<ResponsesRequest>(body)
+            .unwrap()
+            .into_chat()
     }
 
     #[test]
@@ -602,7 +645,16 @@ mod tests {
         let roles: Vec<&str> = chat.messages.iter().map(|m| m.role.as_str()).collect();
         assert_eq!(roles, ["system", "user", "assistant", "tool", "assistant"]);
         assert_eq!(chat.messages[1].content[1]["type"], "image_url");
-        assert_eq!(chat.messages[2].tool_calls.as_ref().unwrap().as_array().unwrap().len(), 2);
+        assert_eq!(
+            chat.messages[2]
+                .tool_calls
+                .as_ref()
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
         assert_eq!(chat.messages[3].tool_call_id.as_deref(), Some("c1"));
         assert_eq!(chat.max_completion_tokens, Some(9));
         assert!(chat.thinking());

@@ -129,7 +129,8 @@ fn function_name<'v>(function: &'v Value, param: &str) -> Result<&'v str, ApiErr
 /// "parameters"}`) in the chat-completions shape; other tool types are passed through (and
 /// ignored by [`Tools::new`]).
 pub fn from_responses_tool(tool: &Value) -> Value {
-    if tool.get("type").and_then(Value::as_str) != Some("function") || tool.get("function").is_some()
+    if tool.get("type").and_then(Value::as_str) != Some("function")
+        || tool.get("function").is_some()
     {
         return tool.clone();
     }
@@ -154,16 +155,16 @@ mod tests {
     #[test]
     fn function_tools_are_declared_and_others_ignored() {
         let tools = [weather(), json!({"type": "web_search"})];
-        let auto = Tools::new(Some(&tools), None).unwrap();
+        let auto = Tools::new(Some(&tools[..]), None).unwrap();
         assert_eq!(auto.declared, [weather()]);
         assert_eq!(auto.choice, ToolChoice::Auto);
-        let none = Tools::new(Some(&tools), Some(&json!("none"))).unwrap();
+        let none = Tools::new(Some(&tools[..]), Some(&json!("none"))).unwrap();
         assert!(none.declared.is_empty(), "`none` shows the model no tools");
         let named = json!({"type": "function", "function": {"name": "get_weather"}});
-        let forced = Tools::new(Some(&tools), Some(&named)).unwrap();
+        let forced = Tools::new(Some(&tools[..]), Some(&named)).unwrap();
         assert_eq!(forced.choice, ToolChoice::Named("get_weather".into()));
         assert!(forced.choice.needs_constraint());
-        assert!(Tools::new(Some(&tools), Some(&json!("required")))
+        assert!(Tools::new(Some(&tools[..]), Some(&json!("required")))
             .unwrap()
             .choice
             .needs_constraint());
@@ -183,7 +184,7 @@ mod tests {
             (vec![weather()], Some(json!(7))),
             (vec![], Some(json!("required"))),
         ] {
-            let error = Tools::new(Some(&tools), choice.as_ref()).unwrap_err();
+            let error = Tools::new(Some(&tools[..]), choice.as_ref()).unwrap_err();
             assert_eq!(error.status(), axum::http::StatusCode::BAD_REQUEST);
         }
     }
