@@ -37,7 +37,11 @@ pub struct Markers {
 impl Markers {
     /// The markers of `tokenizer` (a marker it lacks is never seen).
     pub fn new(tokenizer: &Tokenizer) -> Self {
-        let id = |text: &str| tokenizer.token_id(text).filter(|&id| tokenizer.is_special(id));
+        let id = |text: &str| {
+            tokenizer
+                .token_id(text)
+                .filter(|&id| tokenizer.is_special(id))
+        };
         Self {
             ids: [
                 (id(CHANNEL_OPEN), Marker::ThoughtOpen),
@@ -479,10 +483,7 @@ mod tests {
         pieces.extend(s.finish());
         assert_eq!(
             pieces,
-            [
-                Piece::Reasoning("hmm".into()),
-                Piece::Content("Hi".into())
-            ]
+            [Piece::Reasoning("hmm".into()), Piece::Content("Hi".into())]
         );
     }
 }

@@ -505,7 +505,9 @@ impl ChatTemplate {
             }
             for response in &message.tool_responses {
                 marked.tool_responses.push(ToolResponse {
-                    name: tokenizer.mark_special_text(&response.name, &[])?.into_owned(),
+                    name: tokenizer
+                        .mark_special_text(&response.name, &[])?
+                        .into_owned(),
                     response: mark_json(tokenizer, &response.response)?,
                 });
             }

@@ -152,9 +152,9 @@ impl LoadedModel {
             add_generation_prompt: true,
             enable_thinking: thinking,
         };
-        let ids =
-            self.template
-                .prompt_ids_with_tools(&self.tokenizer, messages, tools, options)?;
+        let ids = self
+            .template
+            .prompt_ids_with_tools(&self.tokenizer, messages, tools, options)?;
         let counts: Vec<usize> = images.iter().map(|i| i.soft_tokens).collect();
         Ok(Prompt {
             ids: expand_image_placeholders(&ids, &counts, &self.specials)?,
@@ -776,10 +776,11 @@ fn alone_tokens(m: &LoadedModel, request: &ChatRequest) -> Result<usize, EngineE
         .filter(|part| matches!(part, Part::Image))
         .count();
     let images = &request.images[request.images.len().saturating_sub(own)..];
-    Ok(m
-        .prompt_with_tools(&messages, &request.tools, request.thinking, images)?
-        .ids
-        .len())
+    Ok(
+        m.prompt_with_tools(&messages, &request.tools, request.thinking, images)?
+            .ids
+            .len(),
+    )
 }
 
 #[cfg(test)]

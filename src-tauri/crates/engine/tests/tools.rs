@@ -46,17 +46,32 @@ fn tools_calls_and_responses_are_written_by_the_template_and_their_text_stays_te
     let with = template
         .prompt_ids_with_tools(&tokenizer, &plain, &tools, options)
         .unwrap();
-    assert!(with.len() > without.len() + 10, "the declaration is in the prompt");
+    assert!(
+        with.len() > without.len() + 10,
+        "the declaration is in the prompt"
+    );
     assert_eq!(count(&with, id("<|tool>")), 1);
     assert_eq!(count(&with, id("<tool|>")), 1);
-    assert_eq!(count(&with, id("<|image|>")), 0, "text in a declaration stays text");
-    assert_eq!(count(&with, id(TURN_CLOSE)), 2, "system and user turns only");
+    assert_eq!(
+        count(&with, id("<|image|>")),
+        0,
+        "text in a declaration stays text"
+    );
+    assert_eq!(
+        count(&with, id(TURN_CLOSE)),
+        2,
+        "system and user turns only"
+    );
     let text = template.render_with_tools(&plain, &tools, options).unwrap();
     assert!(
         text.contains("<|tool>declaration:get_weather{description:<|\"|>Looks up"),
         "{text}"
     );
-    assert_eq!(tokenizer.decode(&with, false).unwrap(), text, "same text, safe ids");
+    assert_eq!(
+        tokenizer.decode(&with, false).unwrap(),
+        text,
+        "same text, safe ids"
+    );
 
     // An answer that called the tool, with what the tool returned, then the final answer.
     let mut answer = Message::text(Role::Assistant, "It is sunny.");
