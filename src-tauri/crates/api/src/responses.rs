@@ -662,6 +662,94 @@ mod tests {
     }
 
     #[test]
+    fn a_thought_text_and_a_call_become_items_and_events_in_order() {
+        let echo = Echo::of(&serde_json::from_value(json!({"model": "m", "input": "x"})).unwrap());
+        let mut output = Output::new(echo, 0, "tiny".into());
+        let mut events = output.opening();
+        let usage = Usage {
+            prompt_tokens: 7,
+            reused_tokens: 2,
+            generated_tokens: 5,
+            time_to_first_token_ms: 0.0,
+            prefill_tokens_per_second: 0.0,
+            decode_tokens_per_second: 0.0,
+            stop_reason: engine::generate::StopReason::EndOfTurn,
+            speculative: None,
+        };
+        let call = engine::template::ToolCall {
+            name: "get_weather".into(),
+            arguments: json!({"city": "Paris"}),
+        };
+        for step in [
+            Step::Reasoning("hm".into()),
+            Step::Text("Check".into()),
+            Step::Text("ing.".into()),
+            Step::Call("call_1".into(), call),
+            Step::Done {
+                finish: "tool_calls",
+                usage,
+            },
+        ] {
+            events.extend(output.step(step).unwrap());
+        }
+        let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.reasoning_text.delta",
+                "response.reasoning_text.done",
+                "response.output_item.done",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "response.completed",
+            ]
+        );
+        for (n, event) in events.iter().enumerate() {
+            assert_eq!(event["sequence_number"], n);
+        }
+        let response = &events.last().unwrap()["response"];
+        assert_eq!(response["status"], "completed");
+        let output = response["output"].as_array().unwrap();
+        assert_eq!(output[0]["type"], "reasoning");
+        assert_eq!(output[0]["content"][0]["text"], "hm");
+        assert_eq!(output[1]["content"][0]["text"], "Checking.");
+        assert_eq!(output[1]["status"], "completed");
+        assert_eq!(output[2]["type"], "function_call");
+        assert_eq!(output[2]["call_id"], "call_1");
+        assert_eq!(output[2]["arguments"], "{\"city\":\"Paris\"}");
+        assert_eq!(
+            response["usage"],
+            json!({"input_tokens": 7, "input_tokens_details": {"cached_tokens": 2},
+                   "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
+                   "total_tokens": 12})
+        );
+        // Every item added is the item done, at the same index (what the SDKs check).
+        let added: Vec<(&Value, &Value)> = events
+            .iter()
+            .filter(|e| e["type"] == "response.output_item.added")
+            .map(|e| (&e["output_index"], &e["item"]["id"]))
+            .collect();
+        let done: Vec<(&Value, &Value)> = events
+            .iter()
+            .filter(|e| e["type"] == "response.output_item.done")
+            .map(|e| (&e["output_index"], &e["item"]["id"]))
+            .collect();
+        assert_eq!(added, done);
+    }
+
+    #[test]
     fn unservable_requests_are_refused_in_words() {
         for body in [
             json!({"model": "m", "input": "hi", "previous_response_id": "resp_1"}),
