@@ -71,6 +71,7 @@ impl AnswerRecorder {
                 generation_id,
                 delta,
                 token_count,
+                ..
             } => self.on_delta(generation_id, delta, token_count),
             Event::Done {
                 generation_id,

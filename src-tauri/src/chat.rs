@@ -326,6 +326,7 @@ impl Chat {
             messages,
             images,
             thinking: settings.thinking,
+            tools: Vec::new(),
             options: settings.generate_options(),
         };
         let writer =

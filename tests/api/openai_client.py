@@ -4,9 +4,10 @@
 the official `openai` Node SDK (tests/api/node/client.mjs, pinned in its package.json). Each step
 checks what the client got, not only that it did not raise: the model list, a plain answer and
 its usage (and the prompt cache on a repeat), a streamed answer about an image with the usage
-chunk, a wrong key, an unknown model and a prompt too long for the context; LangChain's invoke
-and stream agree; a second server on the same port is refused in words. Then SIGTERM (what
-Ctrl+C does) stops the server cleanly.
+chunk, tools and a tool's result, thinking turned on, `responses.create` and `responses.stream`
+(text, events, usage), a wrong key, an unknown model and a prompt too long for the context;
+LangChain's invoke and stream agree; a second server on the same port is refused in words. Then
+SIGTERM (what Ctrl+C does) stops the server cleanly.
 
     python tests/api/openai_client.py --cli target/debug/gemma-desk-cli --model tests/out/fixtures/tiny \
         [--node tests/api/node]
@@ -14,6 +15,7 @@ Ctrl+C does) stops the server cleanly.
 
 import argparse
 import base64
+import json
 import os
 import re
 import secrets
@@ -128,6 +130,9 @@ def run(client: OpenAI, base_url: str) -> None:
     check(last.usage.prompt_tokens >= text_only + 4, f"the image was read ({last.usage.prompt_tokens} vs {text_only} prompt tokens)")
     check(1 <= last.usage.completion_tokens <= 4, "streamed completion tokens within max_tokens")
 
+    tools_and_thinking(client)
+    responses(client)
+
     wrong = OpenAI(base_url=base_url, api_key="not-the-key-not-the-key", max_retries=0)
     try:
         wrong.models.list()
@@ -148,6 +153,95 @@ def run(client: OpenAI, base_url: str) -> None:
         check(False, "a prompt too long is refused")
     except openai.BadRequestError as e:
         check(e.code == "context_length_exceeded", "a prompt too long raises BadRequestError (context_length_exceeded)")
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city today",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def tools_and_thinking(client: OpenAI) -> None:
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    plain = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=1, temperature=0)
+    offered = client.chat.completions.create(model=MODEL, messages=ask, tools=[WEATHER], max_tokens=1, temperature=0)
+    check(offered.usage.prompt_tokens > plain.usage.prompt_tokens + 20,
+          f"the tool is declared to the model ({offered.usage.prompt_tokens} vs {plain.usage.prompt_tokens} prompt tokens)")
+    called = ask + [
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})},
+        }]},
+        {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"sky": "sunny", "deg": 21})},
+    ]
+    answered = client.chat.completions.create(model=MODEL, messages=called, tools=[WEATHER], max_tokens=3, temperature=0)
+    choice = answered.choices[0]
+    check(choice.finish_reason in ("stop", "length", "tool_calls"), f"a tool's result is answered ({choice.finish_reason})")
+    check(answered.usage.prompt_tokens > offered.usage.prompt_tokens, "the call and its result are in the prompt")
+    try:
+        client.chat.completions.create(model=MODEL, messages=ask, tools=[WEATHER], tool_choice="required", max_tokens=1)
+        check(False, "tool_choice required is refused for now")
+    except openai.BadRequestError as e:
+        check(e.param == "tool_choice", "tool_choice required raises BadRequestError naming tool_choice (not served yet)")
+
+    thinking = client.chat.completions.create(
+        model=MODEL, messages=ask, max_tokens=1, temperature=0,
+        extra_body={"chat_template_kwargs": {"enable_thinking": True}},
+    )
+    check(thinking.usage.prompt_tokens > plain.usage.prompt_tokens, "enable_thinking turns thinking on")
+    stream = client.chat.completions.create(
+        model=MODEL, messages=ask, max_tokens=6, temperature=0, reasoning_effort="high", stream=True,
+    )
+    chunks = [c for c in stream if c.choices]
+    content = "".join(c.choices[0].delta.content or "" for c in chunks)
+    reasoning = [getattr(c.choices[0].delta, "reasoning_content", None) for c in chunks]
+    check("<|channel>" not in content and all(r is None or isinstance(r, str) for r in reasoning),
+          "with reasoning on, a thought would stream as reasoning_content, never in the content")
+
+
+def responses(client: OpenAI) -> None:
+    first = client.responses.create(
+        model=MODEL, instructions="You are terse.", input="Say something.", max_output_tokens=4, temperature=0,
+    )
+    check(first.object == "response" and first.status in ("completed", "incomplete"), f"a response ({first.status})")
+    usage = first.usage
+    check(usage is not None and 1 <= usage.output_tokens <= 4, "output tokens within max_output_tokens")
+    check(usage.total_tokens == usage.input_tokens + usage.output_tokens, "total = input + output")
+    check(usage.input_tokens_details.cached_tokens >= 0, "cached tokens reported")
+    check(isinstance(first.output_text, str), "output_text reads the answer")
+
+    with client.responses.stream(
+        model=MODEL, instructions="You are terse.", input=[{"role": "user", "content": "Say something."}],
+        max_output_tokens=4, temperature=0,
+    ) as stream:
+        events = list(stream)
+    kinds = [e.type for e in events]
+    check(kinds[:2] == ["response.created", "response.in_progress"], "responses.stream opens with created, in_progress")
+    check([e.sequence_number for e in events] == list(range(len(events))), "sequence numbers count up from 0")
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    last = events[-1]
+    check(last.type in ("response.completed", "response.incomplete"), f"the stream ends with {last.type}")
+    check(text == first.output_text, "the streamed text is the same greedy answer")
+    check(last.response.usage.output_tokens == usage.output_tokens, "the streamed usage matches")
+    check(last.response.usage.input_tokens_details.cached_tokens > 0, "the repeat reused the prompt cache")
+
+    raw = client.responses.create(model=MODEL, input="Say something.", max_output_tokens=2, temperature=0, stream=True)
+    raw_kinds = [e.type for e in raw]
+    check(raw_kinds[0] == "response.created" and raw_kinds[-1] in ("response.completed", "response.incomplete"),
+          "responses.create(stream=True) yields the typed events")
+    try:
+        client.responses.create(model=MODEL, input="Again", previous_response_id="resp_123")
+        check(False, "previous_response_id is refused")
+    except openai.BadRequestError as e:
+        check(e.param == "previous_response_id", "previous_response_id raises BadRequestError (the server keeps no responses)")
 
 
 def langchain(base_url: str, key: str) -> None:

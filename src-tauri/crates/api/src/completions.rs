@@ -3,7 +3,7 @@
 //! in `data: [DONE]`. A client that goes away cancels its answer at once: the handler (or the
 //! stream) is dropped, and with it the guard that cancels the generation.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -13,6 +13,8 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use engine::generate::{GenerateOptions, Usage};
+use engine::output::{Piece, Splitter};
+use engine::template::ToolCall;
 use engine::worker::{Canceller, ChatRequest, Engine, Event};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
@@ -24,7 +26,8 @@ use crate::log::{Finished, Log, Outcome};
 use crate::messages;
 use crate::queue::Admission;
 use crate::stop::StopMatcher;
-use crate::wire::{finish_reason, ChatCompletionRequest, Completion};
+use crate::tools::Tools;
+use crate::wire::{finish_reason, tool_call_json, ChatCompletionRequest, Completion};
 
 /// The engine keeps the cache of one conversation; API requests share this one, so a client
 /// that sends its conversation again with a new turn reuses the prefix it already paid for.
@@ -114,11 +117,13 @@ impl Drop for CancelOnDrop {
 }
 
 /// How to answer one request.
-struct Plan {
-    stream: bool,
+pub(crate) struct Plan {
+    pub stream: bool,
     include_usage: bool,
     options: GenerateOptions,
     stops: Vec<String>,
+    tools: Tools,
+    thinking: bool,
 }
 
 impl Plan {
@@ -129,18 +134,13 @@ impl Plan {
                 "only one choice per request (n = 1) is served",
             ));
         }
-        if request.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-            return Err(ApiError::invalid("tools", "tools are not supported yet"));
-        }
-        match &request.tool_choice {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) if s == "none" || s == "auto" => {}
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    "tool_choice",
-                    "tools are not supported yet",
-                ))
-            }
+        let tools = Tools::new(request.tools.as_deref(), request.tool_choice.as_ref())?;
+        if tools.choice.needs_constraint() {
+            // Plugs in with the engine's grammar constraint: sampling held to a call.
+            return Err(ApiError::invalid(
+                "tool_choice",
+                "`tool_choice` \"required\" or a named function is not supported yet (it needs constrained decoding); use \"auto\"",
+            ));
         }
         if let Some(format) = &request.response_format {
             let kind = format.get("type").and_then(Value::as_str);
@@ -222,6 +222,8 @@ impl Plan {
                 ..GenerateOptions::default()
             },
             stops,
+            tools,
+            thinking: request.thinking(),
         })
     }
 }
@@ -239,6 +241,20 @@ async fn answer(served: Arc<Served>, request: Request) -> Result<Response, ApiEr
     let request: ChatCompletionRequest =
         serde_json::from_slice(&body).map_err(|e| ApiError::BadJson(e.to_string()))?;
     drop(body);
+    let (plan, answer) = start(&served, request).await?;
+    if plan.stream {
+        Ok(sse(answer))
+    } else {
+        whole(answer).await
+    }
+}
+
+/// Checks a request, queues it on the engine and waits for its first event: what both
+/// `/v1/chat/completions` and `/v1/responses` answer from.
+pub(crate) async fn start(
+    served: &Arc<Served>,
+    request: ChatCompletionRequest,
+) -> Result<(Plan, Answer), ApiError> {
     if !served.model.is_named(&request.model) {
         return Err(ApiError::ModelNotFound {
             given: request.model,
@@ -264,7 +280,8 @@ async fn answer(served: Arc<Served>, request: Request) -> Result<Response, ApiEr
         conversation: API_CONVERSATION.to_owned(),
         messages: engine_messages,
         images,
-        thinking: false,
+        thinking: plan.thinking,
+        tools: plan.tools.declared.clone(),
         options: plan.options.clone(),
     };
     let log = served.log.clone();
@@ -317,42 +334,45 @@ async fn answer(served: Arc<Served>, request: Request) -> Result<Response, ApiEr
         created: unix_now(),
         model: served.model.id.clone(),
     };
-    let answer = Answer {
+    let answer = Answer::new(
         inbox,
         guard,
-        stops: StopMatcher::new(plan.stops),
-        pending: Some(first),
+        StopMatcher::new(plan.stops.clone()),
+        Some(first),
         completion,
-        include_usage: plan.include_usage,
-        started: false,
-        finished: false,
-    };
-    if plan.stream {
-        Ok(sse(answer))
-    } else {
-        whole(answer).await
-    }
+        plan.include_usage,
+        !plan.tools.declared.is_empty(),
+    );
+    Ok((plan, answer))
 }
 
 /// One answer being read from the engine.
-struct Answer {
+pub(crate) struct Answer {
     inbox: UnboundedReceiver<Event>,
     guard: CancelOnDrop,
     stops: StopMatcher,
+    splitter: Splitter,
     /// An event already taken from `inbox`, to handle first.
     pending: Option<Event>,
-    completion: Completion,
+    /// Steps ready to hand out, before the next event is read.
+    ready: VecDeque<Step>,
+    pub completion: Completion,
     include_usage: bool,
+    /// Tool calls found so far, and streamed so far (the next one's `index`).
+    calls: usize,
+    streamed_calls: usize,
     /// Whether the first chunk (the role) went out.
     started: bool,
     finished: bool,
 }
 
 /// What the engine said next, as the client sees it.
-enum Step {
+pub(crate) enum Step {
     Text(String),
+    Reasoning(String),
+    /// A tool call, with its id (`call_…`).
+    Call(String, ToolCall),
     Done {
-        rest: String,
         finish: &'static str,
         usage: Usage,
     },
@@ -360,8 +380,36 @@ enum Step {
 }
 
 impl Answer {
-    async fn step(&mut self) -> Step {
+    fn new(
+        inbox: UnboundedReceiver<Event>,
+        guard: CancelOnDrop,
+        stops: StopMatcher,
+        pending: Option<Event>,
+        completion: Completion,
+        include_usage: bool,
+        parse_calls: bool,
+    ) -> Self {
+        Self {
+            inbox,
+            guard,
+            stops,
+            splitter: Splitter::new(parse_calls),
+            pending,
+            ready: VecDeque::new(),
+            completion,
+            include_usage,
+            calls: 0,
+            streamed_calls: 0,
+            started: false,
+            finished: false,
+        }
+    }
+
+    pub(crate) async fn step(&mut self) -> Step {
         loop {
+            if let Some(step) = self.ready.pop_front() {
+                return step;
+            }
             let event = match self.pending.take() {
                 Some(event) => event,
                 None => match self.inbox.recv().await {
@@ -374,41 +422,74 @@ impl Answer {
             };
             match event {
                 Event::Prefill { .. } => {}
-                Event::Delta { delta, .. } => {
+                Event::Delta { delta, marker, .. } => {
                     if self.stops.hit() {
                         continue;
                     }
-                    let shown = self.stops.push(&delta);
-                    if self.stops.hit() {
-                        // The rest is not wanted: stop now, and report the usage when it ends.
-                        self.guard.cancel();
-                    }
-                    if !shown.is_empty() {
-                        return Step::Text(shown);
+                    for piece in self.splitter.push(marker, &delta) {
+                        self.take(piece);
                     }
                 }
                 Event::Done { usage, .. } => {
                     self.guard.ended();
+                    if !self.stops.hit() {
+                        for piece in self.splitter.finish() {
+                            self.take(piece);
+                        }
+                    }
                     let hit = self.stops.hit();
-                    return match finish_reason(usage.stop_reason, hit) {
-                        Some(finish) => Step::Done {
-                            rest: if hit {
-                                String::new()
-                            } else {
-                                self.stops.finish()
+                    if !hit {
+                        let rest = self.stops.finish();
+                        if !rest.is_empty() {
+                            self.ready.push_back(Step::Text(rest));
+                        }
+                    }
+                    self.ready
+                        .push_back(match finish_reason(usage.stop_reason, hit) {
+                            Some("stop") if self.calls > 0 => Step::Done {
+                                finish: "tool_calls",
+                                usage,
                             },
-                            finish,
-                            usage,
-                        },
-                        None => Step::Failed(ApiError::Stopped(
-                            "the model was switched or the server is stopping".into(),
-                        )),
-                    };
+                            Some(finish) => Step::Done { finish, usage },
+                            None => Step::Failed(ApiError::Stopped(
+                                "the model was switched or the server is stopping".into(),
+                            )),
+                        });
                 }
                 Event::Error { error, .. } => {
                     self.guard.ended();
                     return Step::Failed(error.into());
                 }
+            }
+        }
+    }
+
+    /// Queues one piece of the answer: text through the stop strings, a thought as it is, a
+    /// call with a fresh id.
+    fn take(&mut self, piece: Piece) {
+        if self.stops.hit() {
+            return;
+        }
+        match piece {
+            Piece::Content(text) => {
+                let shown = self.stops.push(&text);
+                if self.stops.hit() {
+                    // The rest is not wanted: stop now, and report the usage when it ends.
+                    self.guard.cancel();
+                }
+                if !shown.is_empty() {
+                    self.ready.push_back(Step::Text(shown));
+                }
+            }
+            Piece::Reasoning(text) => self.ready.push_back(Step::Reasoning(text)),
+            Piece::Call(call) => {
+                // Text held back for a stop string comes before the call.
+                let held = self.stops.finish();
+                if !held.is_empty() {
+                    self.ready.push_back(Step::Text(held));
+                }
+                self.calls += 1;
+                self.ready.push_back(Step::Call(random_id("call_"), call));
             }
         }
     }
@@ -425,29 +506,17 @@ impl Answer {
             let role = json!({ "role": "assistant", "content": "" });
             push_event(&mut out, &self.completion.chunk(role, None, with_usage));
         }
-        match self.step().await {
-            Step::Text(text) => {
-                push_event(
-                    &mut out,
-                    &self
-                        .completion
-                        .chunk(json!({ "content": text }), None, with_usage),
-                );
+        let delta = match self.step().await {
+            Step::Text(text) => json!({ "content": text }),
+            Step::Reasoning(text) => json!({ "reasoning_content": text }),
+            Step::Call(id, call) => {
+                let mut call = tool_call_json(&id, &call);
+                call["index"] = json!(self.streamed_calls);
+                self.streamed_calls += 1;
+                json!({ "tool_calls": [call] })
             }
-            Step::Done {
-                rest,
-                finish,
-                usage,
-            } => {
+            Step::Done { finish, usage } => {
                 self.finished = true;
-                if !rest.is_empty() {
-                    push_event(
-                        &mut out,
-                        &self
-                            .completion
-                            .chunk(json!({ "content": rest }), None, with_usage),
-                    );
-                }
                 push_event(
                     &mut out,
                     &self.completion.chunk(json!({}), Some(finish), with_usage),
@@ -456,13 +525,16 @@ impl Answer {
                     push_event(&mut out, &self.completion.usage_chunk(&usage));
                 }
                 out.push_str("data: [DONE]\n\n");
+                return Some(out);
             }
             Step::Failed(error) => {
                 // An error event, and no `[DONE]`: the answer did not end well.
                 self.finished = true;
                 push_event(&mut out, &error.envelope());
+                return Some(out);
             }
-        }
+        };
+        push_event(&mut out, &self.completion.chunk(delta, None, with_usage));
         Some(out)
     }
 }
@@ -492,16 +564,17 @@ fn sse(answer: Answer) -> Response {
 /// The answer as one JSON body, once it has ended.
 async fn whole(mut answer: Answer) -> Result<Response, ApiError> {
     let mut text = String::new();
+    let mut reasoning = String::new();
+    let mut calls = Vec::new();
     loop {
         match answer.step().await {
             Step::Text(piece) => text.push_str(&piece),
-            Step::Done {
-                rest,
-                finish,
-                usage,
-            } => {
-                text.push_str(&rest);
-                let body = answer.completion.message(&text, finish, &usage);
+            Step::Reasoning(piece) => reasoning.push_str(&piece),
+            Step::Call(id, call) => calls.push(tool_call_json(&id, &call)),
+            Step::Done { finish, usage } => {
+                let body = answer
+                    .completion
+                    .message(&text, &reasoning, &calls, finish, &usage);
                 return Ok(json_response(StatusCode::OK, &body));
             }
             Step::Failed(error) => return Err(error),
@@ -521,7 +594,7 @@ pub fn json_response(status: StatusCode, body: &Value) -> Response {
 
 /// The body of a JSON request: `Content-Type: application/json` (a browser's "simple"
 /// cross-site POST cannot send it) and at most `limit` bytes.
-async fn read_json_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_json_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
     let headers = request.headers();
     let content_type = headers
         .get(header::CONTENT_TYPE)
@@ -574,6 +647,11 @@ fn engine_went_away() -> ApiError {
 
 /// `chatcmpl-` and 24 random hex digits.
 fn completion_id() -> String {
+    random_id("chatcmpl-")
+}
+
+/// `prefix` and 24 random hex digits.
+pub(crate) fn random_id(prefix: &str) -> String {
     let mut bytes = [0u8; 12];
     if getrandom::fill(&mut bytes).is_err() {
         bytes = unix_nanos().to_le_bytes()[..12]
@@ -581,7 +659,7 @@ fn completion_id() -> String {
             .unwrap_or_default();
     }
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("chatcmpl-{hex}")
+    format!("{prefix}{hex}")
 }
 
 pub fn unix_now() -> u64 {
@@ -594,4 +672,239 @@ fn unix_nanos() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The layer that turns engine events into chunks, fed the events of real answers: the
+    //! tiny checkpoint's ids for a thought, text and tool calls (its random weights never
+    //! write a call by themselves).
+
+    use std::path::{Path, PathBuf};
+
+    use engine::generate::StopReason;
+    use engine::output::{replay, STRING_DELIMITER, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
+    use engine::tokenizer::{Tokenizer, CHANNEL_CLOSE, CHANNEL_OPEN};
+
+    use super::*;
+
+    fn tokenizer() -> Tokenizer {
+        let root = std::env::var_os("GEMMA_FIXTURES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures")
+            });
+        Tokenizer::load(&root.join("tiny")).expect("the tiny fixture (make fixtures)")
+    }
+
+    /// An answer's ids: markers as their control ids, text as that text's ordinary ids.
+    fn answer_ids(tokenizer: &Tokenizer, parts: &[&str]) -> Vec<u32> {
+        let control = [
+            TOOL_CALL_OPEN,
+            TOOL_CALL_CLOSE,
+            STRING_DELIMITER,
+            CHANNEL_OPEN,
+            CHANNEL_CLOSE,
+        ];
+        let mut ids = Vec::new();
+        for part in parts {
+            if control.contains(part) {
+                ids.extend(tokenizer.token_id(part));
+            } else {
+                let marked = tokenizer.mark_special_text(part, &[]).unwrap();
+                ids.extend(tokenizer.encode_marked(&marked).unwrap());
+            }
+        }
+        ids
+    }
+
+    /// The answer the engine streams for `ids`, ended by an end of turn.
+    fn answer(ids: &[u32], tools: bool) -> (Answer, Engine) {
+        let tokenizer = tokenizer();
+        let (events, inbox) = unbounded_channel();
+        for (n, (marker, delta)) in replay(&tokenizer, ids).unwrap().into_iter().enumerate() {
+            let delta = Event::Delta {
+                generation_id: 1,
+                delta,
+                token_count: n + 1,
+                marker,
+            };
+            events.send(delta).unwrap();
+        }
+        let usage = Usage {
+            prompt_tokens: 10,
+            reused_tokens: 0,
+            generated_tokens: ids.len(),
+            time_to_first_token_ms: 0.0,
+            prefill_tokens_per_second: 0.0,
+            decode_tokens_per_second: 0.0,
+            stop_reason: StopReason::EndOfTurn,
+            speculative: None,
+        };
+        let done = Event::Done {
+            generation_id: 1,
+            usage,
+            ids: ids.to_vec(),
+        };
+        events.send(done).unwrap();
+        let engine = Engine::spawn();
+        let guard = CancelOnDrop::new(engine.canceller(), Running::default(), 1);
+        let completion = Completion {
+            id: "chatcmpl-test".into(),
+            created: 0,
+            model: "tiny".into(),
+        };
+        let answer = Answer::new(
+            inbox,
+            guard,
+            StopMatcher::new(Vec::new()),
+            None,
+            completion,
+            false,
+            tools,
+        );
+        (answer, engine)
+    }
+
+    async fn streamed(ids: &[u32], tools: bool) -> Vec<Value> {
+        let (mut answer, _engine) = answer(ids, tools);
+        let mut text = String::new();
+        while let Some(bytes) = answer.next_sse().await {
+            text.push_str(&bytes);
+        }
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        text.split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .filter(|e| *e != "[DONE]")
+            .map(|e| serde_json::from_str(e).unwrap())
+            .collect()
+    }
+
+    async fn whole_body(ids: &[u32], tools: bool) -> Value {
+        let (answer, _engine) = answer(ids, tools);
+        let response = whole(answer).await.unwrap();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    fn delta_text(chunks: &[Value], field: &str) -> String {
+        chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"][field].as_str())
+            .collect()
+    }
+
+    const Q: &str = STRING_DELIMITER;
+
+    fn thought_text_and_two_calls(tokenizer: &Tokenizer) -> Vec<u32> {
+        answer_ids(
+            tokenizer,
+            &[
+                CHANNEL_OPEN,
+                "thought\nThe user wants weather.",
+                CHANNEL_CLOSE,
+                "Checking.",
+                TOOL_CALL_OPEN,
+                "call:get_weather{city:",
+                Q,
+                "Paris \"{x}\" <turn|>",
+                Q,
+                ",days:[1,2],opts:{metric:true}}",
+                TOOL_CALL_CLOSE,
+                TOOL_CALL_OPEN,
+                "call:get_time{}",
+                TOOL_CALL_CLOSE,
+            ],
+        )
+    }
+
+    #[tokio::test]
+    async fn a_thought_and_tool_calls_stream_as_openai_deltas() {
+        let ids = thought_text_and_two_calls(&tokenizer());
+        let chunks = streamed(&ids, true).await;
+        assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+        assert_eq!(
+            delta_text(&chunks, "reasoning_content"),
+            "The user wants weather."
+        );
+        assert_eq!(delta_text(&chunks, "content"), "Checking.");
+        let calls: Vec<&Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+            .flatten()
+            .collect();
+        assert_eq!(calls.len(), 2, "{chunks:?}");
+        for (index, call) in calls.iter().enumerate() {
+            assert_eq!(call["index"], index, "an index on every call delta");
+            assert!(call["id"].as_str().unwrap().starts_with("call_"));
+            assert_eq!(call["type"], "function");
+        }
+        assert_ne!(calls[0]["id"], calls[1]["id"]);
+        assert_eq!(calls[0]["function"]["name"], "get_weather");
+        let arguments: Value =
+            serde_json::from_str(calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            arguments,
+            json!({"city": "Paris \"{x}\" <turn|>", "days": [1, 2], "opts": {"metric": true}})
+        );
+        assert_eq!(calls[1]["function"]["arguments"], "{}");
+        let finish = chunks.last().unwrap();
+        assert_eq!(finish["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(finish["choices"][0]["delta"], json!({}));
+        // Text comes before the calls, the thought before the text.
+        let first = |field: &str| {
+            chunks
+                .iter()
+                .position(|c| {
+                    let value = &c["choices"][0]["delta"][field];
+                    value.is_array() || value.as_str().is_some_and(|t| !t.is_empty())
+                })
+                .unwrap()
+        };
+        assert!(first("reasoning_content") < first("content"));
+        assert!(first("content") < first("tool_calls"));
+    }
+
+    #[tokio::test]
+    async fn the_whole_answer_carries_calls_and_thought_apart_from_its_content() {
+        let tokenizer = tokenizer();
+        let body = whole_body(&thought_text_and_two_calls(&tokenizer), true).await;
+        let message = &body["choices"][0]["message"];
+        assert_eq!(message["content"], "Checking.");
+        assert_eq!(message["reasoning_content"], "The user wants weather.");
+        assert_eq!(message["tool_calls"].as_array().unwrap().len(), 2);
+        assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
+
+        let only_call = answer_ids(
+            &tokenizer,
+            &[TOOL_CALL_OPEN, "call:get_time{}", TOOL_CALL_CLOSE],
+        );
+        let body = whole_body(&only_call, true).await;
+        let message = &body["choices"][0]["message"];
+        assert!(message["content"].is_null(), "only a call: no content");
+        assert_eq!(message["tool_calls"][0]["function"]["name"], "get_time");
+        assert!(message.get("reasoning_content").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_malformed_call_is_answered_as_text() {
+        let tokenizer = tokenizer();
+        let broken = answer_ids(
+            &tokenizer,
+            &[TOOL_CALL_OPEN, "call:get_time{oops", TOOL_CALL_CLOSE],
+        );
+        let chunks = streamed(&broken, true).await;
+        assert_eq!(
+            delta_text(&chunks, "content"),
+            "<|tool_call>call:get_time{oops<tool_call|>"
+        );
+        assert_eq!(
+            chunks.last().unwrap()["choices"][0]["finish_reason"],
+            "stop"
+        );
+        let body = whole_body(&broken, true).await;
+        assert!(body["choices"][0]["message"].get("tool_calls").is_none());
+    }
 }

@@ -12,8 +12,10 @@ mod guard;
 mod log;
 mod messages;
 mod queue;
+mod responses;
 mod server;
 mod stop;
+mod tools;
 mod wire;
 
 pub use config::{ApiConfig, ApiKey, KeyError, ServedModel, DEFAULT_PORT};

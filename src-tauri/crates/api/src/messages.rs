@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use engine::image::{preprocess_bytes, Preprocessed, SoftTokenBudget};
-use engine::template::{Message, Part, Role};
+use engine::template::{Message, Part, Role, ToolCall, ToolResponse};
 use serde_json::Value;
 
 use crate::config::MAX_IMAGES;
@@ -32,8 +32,10 @@ pub fn convert(
             "`messages` must hold at least one message",
         ));
     }
-    let mut out = Vec::with_capacity(messages.len());
+    let mut out: Vec<Message> = Vec::with_capacity(messages.len());
     let mut images = Vec::new();
+    // The ids of the tool calls so far, with their function's names.
+    let mut call_ids: Vec<(String, String)> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         let param = format!("messages[{i}]");
         let role = match message.role.as_str() {
@@ -41,29 +43,49 @@ pub fn convert(
             "user" => Role::User,
             "assistant" => Role::Assistant,
             "tool" | "function" => {
-                return Err(ApiError::invalid(
-                    &format!("{param}.role"),
-                    format!(
-                        "`{}` messages are not supported yet (tools are not served yet)",
-                        message.role
-                    ),
-                ))
+                tool_response(message, &param, &call_ids, &mut out, &mut images)?;
+                continue;
             }
             other => {
                 return Err(ApiError::invalid(
                     &format!("{param}.role"),
-                    format!("unknown role `{other}`: use system, developer, user or assistant"),
+                    format!(
+                        "unknown role `{other}`: use system, developer, user, assistant or tool"
+                    ),
                 ))
             }
         };
-        if message.tool_calls.as_ref().is_some_and(|t| !t.is_null()) {
-            return Err(ApiError::invalid(
-                &format!("{param}.tool_calls"),
-                "tool calls are not supported yet",
-            ));
-        }
+        let calls = match &message.tool_calls {
+            Some(calls) if role == Role::Assistant => tool_calls(calls, &param)?,
+            Some(Value::Null) | None => Vec::new(),
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    &format!("{param}.tool_calls"),
+                    "only assistant messages carry tool calls",
+                ))
+            }
+        };
         let parts = content_parts(&message.content, role, &param, &mut images)?;
-        out.push(Message::new(role, parts));
+        // The answer after a tool's results goes on in the same model turn (Gemma 4 writes
+        // call, results and answer in one turn).
+        if let (Role::Assistant, true, Some(last)) = (role, calls.is_empty(), out.last_mut()) {
+            let open = last.role == Role::Assistant
+                && !last.tool_responses.is_empty()
+                && last
+                    .content
+                    .iter()
+                    .all(|p| matches!(p, Part::Text { text } if text.is_empty()));
+            if open {
+                last.content = parts;
+                continue;
+            }
+        }
+        let mut engine_message = Message::new(role, parts);
+        for (id, call) in calls {
+            call_ids.push((id, call.name.clone()));
+            engine_message.tool_calls.push(call);
+        }
+        out.push(engine_message);
     }
     if !images.is_empty() && !vision {
         return Err(ApiError::invalid(
@@ -81,6 +103,109 @@ pub fn convert(
         ));
     }
     Ok((out, images))
+}
+
+/// An assistant message's `tool_calls`: `[{"id", "type": "function", "function": {"name",
+/// "arguments"}}]`, the arguments a JSON string (or an object).
+fn tool_calls(calls: &Value, param: &str) -> Result<Vec<(String, ToolCall)>, ApiError> {
+    let param = format!("{param}.tool_calls");
+    let Some(list) = calls.as_array() else {
+        return Err(ApiError::invalid(&param, "`tool_calls` must be a list"));
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (k, call) in list.iter().enumerate() {
+        let param = format!("{param}[{k}]");
+        let function = call.get("function").ok_or_else(|| {
+            ApiError::invalid(
+                &param,
+                "a tool call needs a `function` with `name` and `arguments`",
+            )
+        })?;
+        let name = function
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| ApiError::invalid(&param, "a tool call needs a `function.name`"))?;
+        let arguments = match function.get("arguments") {
+            None | Some(Value::Null) => Value::Object(Default::default()),
+            Some(Value::String(text)) if text.trim().is_empty() => {
+                Value::Object(Default::default())
+            }
+            Some(Value::String(text)) => serde_json::from_str(text).map_err(|e| {
+                ApiError::invalid(
+                    &format!("{param}.function.arguments"),
+                    format!("the arguments are not valid JSON: {e}"),
+                )
+            })?,
+            Some(object) => object.clone(),
+        };
+        let id = call
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        out.push((
+            id,
+            ToolCall {
+                name: name.to_owned(),
+                arguments,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+/// A `tool` message: what a tool returned, added to the answer that called it (a JSON object
+/// as it is, anything else as a string).
+fn tool_response(
+    message: &ChatMessage,
+    param: &str,
+    call_ids: &[(String, String)],
+    out: &mut [Message],
+    images: &mut Vec<EncodedImage>,
+) -> Result<(), ApiError> {
+    let caller = out
+        .last_mut()
+        .filter(|m| m.role == Role::Assistant && !m.tool_calls.is_empty())
+        .ok_or_else(|| {
+            ApiError::invalid(
+                &format!("{param}.role"),
+                "a tool message must follow the assistant message whose `tool_calls` it answers",
+            )
+        })?;
+    let by_id = message.tool_call_id.as_deref().and_then(|id| {
+        call_ids
+            .iter()
+            .rev()
+            .find(|(known, _)| known == id)
+            .map(|(_, name)| name.clone())
+    });
+    let name = match (by_id, &message.name) {
+        (Some(name), _) => name,
+        (None, Some(name)) if !name.is_empty() => name.clone(),
+        (None, _) if caller.tool_calls.len() == 1 && message.tool_call_id.is_none() => {
+            caller.tool_calls[0].name.clone()
+        }
+        (None, _) => {
+            return Err(ApiError::invalid(
+                &format!("{param}.tool_call_id"),
+                match &message.tool_call_id {
+                    Some(id) => format!("`tool_call_id` `{id}` matches no earlier tool call"),
+                    None => "a tool message needs the `tool_call_id` of the call it answers".into(),
+                },
+            ))
+        }
+    };
+    let text = match content_parts(&message.content, Role::System, param, images)?.as_slice() {
+        [Part::Text { text }] => text.clone(),
+        _ => String::new(),
+    };
+    let response = match serde_json::from_str::<Value>(&text) {
+        Ok(object @ Value::Object(_)) => object,
+        _ => Value::String(text),
+    };
+    caller.tool_responses.push(ToolResponse { name, response });
+    Ok(())
 }
 
 /// The parts of one message's `content`: a string, or a list of `text` / `image_url` parts.
@@ -238,7 +363,7 @@ mod tests {
         ChatMessage {
             role: role.into(),
             content,
-            tool_calls: None,
+            ..ChatMessage::default()
         }
     }
 
@@ -296,5 +421,71 @@ mod tests {
         assert_eq!(images[0].param, "messages[0].content[0]");
         assert!(convert(&[message("tool", json!("42"))], true).is_err());
         assert!(convert(&[], true).is_err());
+    }
+
+    #[test]
+    fn tool_results_join_the_answer_that_called_them() {
+        let mut call = message("assistant", Value::Null);
+        call.tool_calls = Some(json!([
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+            {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": ""}},
+        ]));
+        // Answered out of order: each result goes to the call its id names.
+        let mut time = message("tool", json!([{"type": "text", "text": "noon"}]));
+        time.tool_call_id = Some("call_2".into());
+        let mut weather = message("tool", json!("{\"sky\": \"clear\"}"));
+        weather.tool_call_id = Some("call_1".into());
+        let (messages, _) = convert(
+            &[
+                message("user", json!("Weather?")),
+                call,
+                time,
+                weather,
+                message("assistant", json!("Clear at noon.")),
+            ],
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            messages.len(),
+            2,
+            "call, results and answer are one model turn"
+        );
+        let answer = &messages[1];
+        assert_eq!(answer.tool_calls[0].arguments, json!({"city": "Paris"}));
+        assert_eq!(answer.tool_calls[1].arguments, json!({}));
+        assert_eq!(
+            answer.tool_responses,
+            [
+                ToolResponse {
+                    name: "get_time".into(),
+                    response: json!("noon")
+                },
+                ToolResponse {
+                    name: "get_weather".into(),
+                    response: json!({"sky": "clear"})
+                },
+            ]
+        );
+        assert_eq!(
+            answer.content,
+            [Part::Text {
+                text: "Clear at noon.".into()
+            }]
+        );
+
+        let mut stray = message("tool", json!("x"));
+        stray.tool_call_id = Some("call_9".into());
+        let mut bad_args = message("assistant", Value::Null);
+        bad_args.tool_calls =
+            Some(json!([{"id": "c", "function": {"name": "f", "arguments": "{not json"}}]));
+        for messages in [
+            vec![message("user", json!("hi")), stray],
+            vec![message("user", json!("hi")), bad_args],
+        ] {
+            let error = convert(&messages, true).unwrap_err();
+            assert_eq!(error.status(), axum::http::StatusCode::BAD_REQUEST);
+        }
     }
 }

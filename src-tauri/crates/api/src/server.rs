@@ -23,6 +23,7 @@ use crate::error::{ApiError, ServeError};
 use crate::guard::{cors, require_host, require_key, Guard};
 use crate::log::{Finished, Log};
 use crate::queue::Admission;
+use crate::responses::responses;
 use crate::wire::model_object;
 
 /// How long a shutdown waits for open connections after stopping their answers.
@@ -51,6 +52,8 @@ pub(crate) fn router(engine: Arc<Engine>, config: &ApiConfig, port: u16) -> (Rou
         .route("/models/{id}", get(get_model))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(responses))
+        .route("/responses", post(responses))
         .route_layer(from_fn_with_state(guard.clone(), require_key));
     let router = Router::new()
         .route("/health", get(health))

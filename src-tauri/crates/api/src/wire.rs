@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 /// `POST /v1/chat/completions`. Fields not listed are ignored (`user`, `metadata`, `store`…);
 /// those listed but not served yet are refused in words (see `completions::Plan`).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub struct ChatCompletionRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
@@ -24,15 +24,41 @@ pub struct ChatCompletionRequest {
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
     pub response_format: Option<Value>,
+    /// Anything but `"none"` turns thinking on.
+    pub reasoning_effort: Option<String>,
+    /// `{"enable_thinking": true}` turns thinking on, as mlx-lm and vLLM take it.
+    pub chat_template_kwargs: Option<Value>,
+}
+
+impl ChatCompletionRequest {
+    /// Whether the request asks the model to think first.
+    pub fn thinking(&self) -> bool {
+        let kwarg = self
+            .chat_template_kwargs
+            .as_ref()
+            .and_then(|k| k.get("enable_thinking"))
+            .and_then(Value::as_bool);
+        match kwarg {
+            Some(on) => on,
+            None => self
+                .reasoning_effort
+                .as_deref()
+                .is_some_and(|effort| effort != "none"),
+        }
+    }
 }
 
 /// One message; `content` is checked part by part in `messages`, so errors can name the part.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     #[serde(default)]
     pub content: Value,
     pub tool_calls: Option<Value>,
+    /// For a `tool` message: the call it answers.
+    pub tool_call_id: Option<String>,
+    /// For a `tool` message: the function's name (optional; found from the call otherwise).
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -58,8 +84,27 @@ pub struct Completion {
 }
 
 impl Completion {
-    /// The non-streaming answer.
-    pub fn message(&self, text: &str, finish: &str, usage: &Usage) -> Value {
+    /// The non-streaming answer: `content` null when the answer is only tool calls, and
+    /// `reasoning_content` when the model thought.
+    pub fn message(
+        &self,
+        text: &str,
+        reasoning: &str,
+        calls: &[Value],
+        finish: &str,
+        usage: &Usage,
+    ) -> Value {
+        let mut message = json!({
+            "role": "assistant",
+            "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) },
+            "refusal": null,
+        });
+        if !reasoning.is_empty() {
+            message["reasoning_content"] = json!(reasoning);
+        }
+        if !calls.is_empty() {
+            message["tool_calls"] = json!(calls);
+        }
         json!({
             "id": self.id,
             "object": "chat.completion",
@@ -68,7 +113,7 @@ impl Completion {
             "system_fingerprint": null,
             "choices": [{
                 "index": 0,
-                "message": { "role": "assistant", "content": text, "refusal": null },
+                "message": message,
                 "logprobs": null,
                 "finish_reason": finish,
             }],
@@ -132,6 +177,16 @@ pub fn finish_reason(reason: StopReason, stopped_at_stop_string: bool) -> Option
         StopReason::MaxTokens | StopReason::ContextFull => Some("length"),
         StopReason::Cancelled => None,
     }
+}
+
+/// A tool call as OpenAI writes it: `{"id", "type": "function", "function": {"name",
+/// "arguments"}}`, the arguments as a JSON string.
+pub fn tool_call_json(id: &str, call: &engine::template::ToolCall) -> Value {
+    json!({
+        "id": id,
+        "type": "function",
+        "function": { "name": call.name, "arguments": call.arguments.to_string() },
+    })
 }
 
 /// A model as `/v1/models` lists it.

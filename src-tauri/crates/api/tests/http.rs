@@ -439,10 +439,8 @@ fn requests_the_server_cannot_honour_are_400_in_words() {
 
     for (field, value) in [
         ("n", json!(2)),
-        (
-            "tools",
-            json!([{ "type": "function", "function": { "name": "f" } }]),
-        ),
+        ("tools", json!([{ "type": "function", "function": {} }])),
+        ("tool_choice", json!("required")),
         ("response_format", json!({ "type": "json_object" })),
         ("temperature", json!(3.5)),
         ("max_tokens", json!(0)),
@@ -451,7 +449,8 @@ fn requests_the_server_cannot_honour_are_400_in_words() {
         request[field] = value;
         let reply = post(&server, &request);
         assert_eq!(reply.status, 400, "{field}");
-        assert_eq!(reply.json()["error"]["param"], field);
+        let param = reply.json()["error"]["param"].as_str().unwrap().to_owned();
+        assert!(param.starts_with(field), "{field}: {param}");
     }
     let tool_message = json!({ "model": MODEL, "messages": [{ "role": "tool", "content": "42" }] });
     assert_eq!(post(&server, &tool_message).status, 400);
@@ -537,4 +536,248 @@ fn a_client_that_leaves_stops_its_answer_within_a_token_or_two() {
     assert_eq!(finished.outcome, api::Outcome::Ended(StopReason::Cancelled));
     assert!(finished.generated_tokens < 2000);
     server.wait_idle();
+}
+
+fn weather_tool() -> Value {
+    json!({"type": "function", "function": {
+        "name": "get_weather",
+        "description": "The weather in a city today",
+        "parameters": {"type": "object",
+            "properties": {"city": {"type": "string", "description": "The city"}},
+            "required": ["city"]}}})
+}
+
+fn prompt_tokens(reply: &common::Reply) -> u64 {
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    reply.json()["usage"]["prompt_tokens"].as_u64().unwrap()
+}
+
+#[test]
+fn tools_and_tool_results_reach_the_model() {
+    let server = TestServer::start(|_| {});
+    let plain = prompt_tokens(&post(&server, &chat("Weather in Paris?", 1)));
+    let mut with_tools = chat("Weather in Paris?", 1);
+    with_tools["tools"] = json!([weather_tool(), {"type": "web_search"}]);
+    let declared = prompt_tokens(&post(&server, &with_tools));
+    assert!(
+        declared > plain + 20,
+        "the declaration is in the prompt ({declared} vs {plain})"
+    );
+    with_tools["tool_choice"] = json!("none");
+    assert_eq!(
+        prompt_tokens(&post(&server, &with_tools)),
+        plain,
+        "`none` shows no tools"
+    );
+
+    // The model called the tool; here is what it returned.
+    let mut conversation = chat("Weather in Paris?", 2);
+    conversation["tools"] = json!([weather_tool()]);
+    conversation["messages"] = json!([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"sky\": \"sunny <turn|>\", \"deg\": 21}"},
+    ]);
+    let reply = post(&server, &conversation);
+    let answered = prompt_tokens(&reply);
+    assert!(
+        answered > declared,
+        "the call and its result are in the prompt"
+    );
+    let body = reply.json();
+    assert_eq!(body["object"], "chat.completion");
+    assert!(["stop", "length", "tool_calls"]
+        .contains(&body["choices"][0]["finish_reason"].as_str().unwrap()));
+
+    let mut stray = conversation.clone();
+    stray["messages"][2]["tool_call_id"] = json!("call_9");
+    let reply = post(&server, &stray);
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["error"]["param"], "messages[2].tool_call_id");
+}
+
+#[test]
+fn thinking_is_asked_for_and_streamed_apart_from_the_content() {
+    let server = TestServer::start(|_| {});
+    let off = prompt_tokens(&post(&server, &chat("Hi", 1)));
+    for switch in [
+        json!({"reasoning_effort": "high"}),
+        json!({"chat_template_kwargs": {"enable_thinking": true}}),
+    ] {
+        let mut request = chat("Hi", 3);
+        for (key, value) in switch.as_object().unwrap() {
+            request[key] = value.clone();
+        }
+        let on = prompt_tokens(&post(&server, &request));
+        assert!(
+            on > off,
+            "thinking on writes <|think|> ({on} vs {off}): {switch}"
+        );
+        request["stream"] = json!(true);
+        let chunks = chunks(
+            &Request::post("/v1/chat/completions", &request)
+                .open(server.port)
+                .events(),
+        );
+        for chunk in &chunks {
+            let delta = &chunk["choices"][0]["delta"];
+            let content = delta["content"].as_str().unwrap_or("");
+            assert!(!content.contains("<|channel>"), "{chunk}");
+            if let Some(reasoning) = delta.get("reasoning_content") {
+                assert!(
+                    reasoning.is_string() && delta.get("content").is_none(),
+                    "{chunk}"
+                );
+            }
+        }
+    }
+    let mut none = chat("Hi", 1);
+    none["reasoning_effort"] = json!("none");
+    assert_eq!(prompt_tokens(&post(&server, &none)), off);
+}
+
+fn respond(server: &TestServer, body: &Value) -> common::Reply {
+    Request::post("/v1/responses", body).send(server.port)
+}
+
+#[test]
+fn a_response_is_answered_whole_with_its_usage() {
+    let server = TestServer::start(|_| {});
+    let chat_prompt = {
+        let mut request = chat("Say hi.", 3);
+        request["messages"] = json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Say hi."},
+        ]);
+        prompt_tokens(&post(&server, &request))
+    };
+    for input in [
+        json!("Say hi."),
+        json!([{"role": "user", "content": [{"type": "input_text", "text": "Say hi."}]}]),
+    ] {
+        let reply = respond(
+            &server,
+            &json!({"model": MODEL, "instructions": "Be brief.", "input": input,
+                    "max_output_tokens": 3, "temperature": 0, "store": true}),
+        );
+        assert_eq!(
+            reply.status,
+            200,
+            "{}",
+            String::from_utf8_lossy(&reply.body)
+        );
+        let body = reply.json();
+        assert_eq!(body["object"], "response");
+        assert!(body["id"].as_str().unwrap().starts_with("resp_"));
+        assert_eq!(body["model"], MODEL);
+        let usage = &body["usage"];
+        assert_eq!(
+            usage["input_tokens"], chat_prompt,
+            "the same prompt as chat"
+        );
+        let output_tokens = usage["output_tokens"].as_u64().unwrap();
+        assert!((1..=3).contains(&output_tokens));
+        assert_eq!(
+            usage["total_tokens"].as_u64().unwrap(),
+            chat_prompt + output_tokens
+        );
+        assert!(usage["input_tokens_details"]["cached_tokens"].is_u64());
+        match body["status"].as_str().unwrap() {
+            "incomplete" => {
+                assert_eq!(body["incomplete_details"]["reason"], "max_output_tokens")
+            }
+            status => assert_eq!(status, "completed"),
+        }
+        let messages: Vec<&Value> = body["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|item| item["type"] == "message")
+            .collect();
+        assert!(messages.len() <= 1);
+        for message in messages {
+            assert_eq!(message["role"], "assistant");
+            assert_eq!(message["content"][0]["type"], "output_text");
+        }
+    }
+
+    let reply = respond(
+        &server,
+        &json!({"model": MODEL, "input": "Again", "previous_response_id": "resp_123"}),
+    );
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["error"]["param"], "previous_response_id");
+    assert!(reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("whole conversation"));
+    let reply = respond(&server, &json!({"model": "gpt-4o", "input": "hi"}));
+    assert_eq!(reply.status, 404);
+}
+
+#[test]
+fn a_streamed_response_sends_the_events_the_sdks_read() {
+    let server = TestServer::start(|_| {});
+    for path in ["/v1/responses", "/responses"] {
+        let request = json!({"model": MODEL, "input": "Write forever.", "max_output_tokens": 4,
+                             "temperature": 0, "stream": true});
+        let mut response = Request::post(path, &request).open(server.port);
+        assert_eq!(response.status, 200);
+        assert_eq!(response.header("content-type"), Some("text/event-stream"));
+        let events: Vec<Value> = response
+            .events()
+            .iter()
+            .map(|event| {
+                let (name, data) = event
+                    .strip_prefix("event: ")
+                    .and_then(|e| e.split_once("\ndata: "))
+                    .unwrap_or_else(|| panic!("an event line and a data line: {event:?}"));
+                let data: Value = serde_json::from_str(data).unwrap();
+                assert_eq!(data["type"], name);
+                data
+            })
+            .collect();
+        let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        for (n, event) in events.iter().enumerate() {
+            assert_eq!(event["sequence_number"], n, "{kinds:?}");
+        }
+        assert_eq!(kinds[..2], ["response.created", "response.in_progress"]);
+        let last = events.last().unwrap();
+        assert!(
+            ["response.completed", "response.incomplete"].contains(&kinds[kinds.len() - 1]),
+            "{kinds:?}"
+        );
+        let text: String = events
+            .iter()
+            .filter(|e| e["type"] == "response.output_text.delta")
+            .map(|e| e["delta"].as_str().unwrap())
+            .collect();
+        let output = &last["response"]["output"];
+        if !text.is_empty() {
+            let order = [
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+            ];
+            let at: Vec<usize> = order
+                .iter()
+                .map(|k| kinds.iter().position(|x| x == k).unwrap())
+                .collect();
+            assert!(at.windows(2).all(|w| w[0] < w[1]), "{kinds:?}");
+            assert_eq!(output[0]["content"][0]["text"], text);
+            assert_eq!(output[0]["status"], "completed");
+        }
+        let usage = &last["response"]["usage"];
+        assert!(usage["input_tokens"].as_u64().unwrap() > 0);
+        assert!((1..=4).contains(&usage["output_tokens"].as_u64().unwrap()));
+    }
 }

@@ -7,6 +7,7 @@ pub mod detokenize;
 pub mod generate;
 pub mod image;
 pub mod media;
+pub mod output;
 pub mod sampler;
 pub mod speculative;
 pub mod stream;

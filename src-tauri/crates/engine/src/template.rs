@@ -164,6 +164,42 @@ pub struct Message {
     /// instead of its text re-tokenized, so a follow-up reuses the cache over the whole
     /// history (see [`ChatTemplate::prompt_ids`]). Never serialized to the template.
     pub generated: Option<Vec<u32>>,
+    /// For an answer: the tools it called, in order.
+    pub tool_calls: Vec<ToolCall>,
+    /// For an answer that called tools: what they returned, written after the calls in the
+    /// same model turn (Gemma 4's format).
+    pub tool_responses: Vec<ToolResponse>,
+}
+
+/// A tool the model called: its name and arguments (a JSON object).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The function's name.
+    pub name: String,
+    /// Its arguments.
+    pub arguments: serde_json::Value,
+}
+
+impl Serialize for ToolCall {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serde_json::json!({
+            "type": "function",
+            "function": { "name": self.name, "arguments": self.arguments },
+        })
+        .serialize(serializer)
+    }
+}
+
+/// What a tool returned: a JSON object, or any other value (written as `value:`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolResponse {
+    /// The function that was called.
+    pub name: String,
+    /// What it returned.
+    pub response: serde_json::Value,
 }
 
 impl Message {
@@ -178,6 +214,8 @@ impl Message {
             role,
             content,
             generated: None,
+            tool_calls: Vec::new(),
+            tool_responses: Vec::new(),
         }
     }
 
@@ -194,12 +232,18 @@ impl Serialize for Message {
         serializer: S,
     ) -> std::result::Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(2))?;
+        let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("role", &self.role)?;
         match self.content.as_slice() {
             [] => map.serialize_entry("content", "")?,
             [Part::Text { text }] => map.serialize_entry("content", text)?,
             parts => map.serialize_entry("content", parts)?,
+        }
+        if !self.tool_calls.is_empty() {
+            map.serialize_entry("tool_calls", &self.tool_calls)?;
+        }
+        if !self.tool_responses.is_empty() {
+            map.serialize_entry("tool_responses", &self.tool_responses)?;
         }
         map.end()
     }
@@ -346,6 +390,18 @@ impl ChatTemplate {
     /// Renders a conversation to the prompt text, as HF `apply_chat_template(messages,
     /// add_generation_prompt=…, enable_thinking=…, tokenize=False)` does.
     pub fn render(&self, messages: &[Message], options: RenderOptions) -> Result<String> {
+        self.render_with_tools(messages, &[], options)
+    }
+
+    /// [`Self::render`] with `tools` declared (OpenAI's function-tool objects, `{"type":
+    /// "function", "function": {"name", "description", "parameters"}}`), as HF's
+    /// `apply_chat_template(…, tools=…)` passes them; none declares none.
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        options: RenderOptions,
+    ) -> Result<String> {
         let render_error = |source| TemplateError::Render {
             origin: self.origin.clone(),
             source,
@@ -359,7 +415,14 @@ impl ChatTemplate {
             .collect();
         context.extend([
             ("messages", Value::from(Serde(messages))),
-            ("tools", Value::from(())),
+            (
+                "tools",
+                if tools.is_empty() {
+                    Value::from(())
+                } else {
+                    Value::from(Serde(tools))
+                },
+            ),
             ("documents", Value::from(())),
             (
                 "add_generation_prompt",
@@ -394,6 +457,24 @@ impl ChatTemplate {
         messages: &[Message],
         options: RenderOptions,
     ) -> Result<Vec<u32>> {
+        self.prompt_ids_with_tools(tokenizer, messages, &[], options)
+    }
+
+    /// [`Self::prompt_ids`] with `tools` declared (see [`Self::render_with_tools`]). Every
+    /// string in the tools, in the answers' tool calls and in the tools' responses (keys
+    /// included) is text, as a message's text is: control-token text in it stays text.
+    pub fn prompt_ids_with_tools(
+        &self,
+        tokenizer: &Tokenizer,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        options: RenderOptions,
+    ) -> Result<Vec<u32>> {
+        let tools = tools
+            .iter()
+            .map(|tool| mark_json(tokenizer, tool))
+            .collect::<Result<Vec<_>>>()?;
+        let tools = tools.as_slice();
         let thinking_markers: Vec<u32> = [CHANNEL_OPEN, CHANNEL_CLOSE]
             .iter()
             .filter_map(|t| tokenizer.token_id(t))
@@ -415,7 +496,22 @@ impl ChatTemplate {
                     Part::Image => Part::Image,
                 });
             }
-            Ok(Message::new(message.role, content))
+            let mut marked = Message::new(message.role, content);
+            for call in &message.tool_calls {
+                marked.tool_calls.push(ToolCall {
+                    name: tokenizer.mark_special_text(&call.name, &[])?.into_owned(),
+                    arguments: mark_json(tokenizer, &call.arguments)?,
+                });
+            }
+            for response in &message.tool_responses {
+                marked.tool_responses.push(ToolResponse {
+                    name: tokenizer
+                        .mark_special_text(&response.name, &[])?
+                        .into_owned(),
+                    response: mark_json(tokenizer, &response.response)?,
+                });
+            }
+            Ok(marked)
         };
         for message in messages {
             let keep: &[u32] = match message.role {
@@ -440,20 +536,47 @@ impl ChatTemplate {
             }
             marked.push(marked_message);
         }
-        let text = self.render(&marked, options)?;
+        let text = self.render_with_tools(&marked, tools, options)?;
         if !splices.is_empty() {
-            let spliced = self.render(&with_splices, options)?;
+            let spliced = self.render_with_tools(&with_splices, tools, options)?;
             let mut check = spliced.clone();
             for (mark, expected, _) in &splices {
                 check = check.replace(mark.as_str(), expected);
             }
-            if check == self.render(&decoded, options)? {
+            if check == self.render_with_tools(&decoded, tools, options)? {
                 let ids: Vec<Vec<u32>> = splices.into_iter().map(|(_, _, ids)| ids).collect();
                 return Ok(tokenizer.encode_spliced(&spliced, &ids)?);
             }
         }
         Ok(tokenizer.encode_marked(&text)?)
     }
+}
+
+/// `value` with every string in it (object keys too) marked as [`Tokenizer::mark_special_text`]
+/// marks a message's text.
+fn mark_json(tokenizer: &Tokenizer, value: &serde_json::Value) -> Result<serde_json::Value> {
+    use serde_json::Value as Json;
+    Ok(match value {
+        Json::String(text) => Json::String(tokenizer.mark_special_text(text, &[])?.into_owned()),
+        Json::Array(items) => Json::Array(
+            items
+                .iter()
+                .map(|item| mark_json(tokenizer, item))
+                .collect::<Result<_>>()?,
+        ),
+        Json::Object(fields) => Json::Object(
+            fields
+                .iter()
+                .map(|(key, item)| {
+                    Ok((
+                        tokenizer.mark_special_text(key, &[])?.into_owned(),
+                        mark_json(tokenizer, item)?,
+                    ))
+                })
+                .collect::<Result<_>>()?,
+        ),
+        other => other.clone(),
+    })
 }
 
 /// An answer's generated ids and those of its visible text, when they can stand for its text
@@ -467,6 +590,9 @@ fn answer_ids(tokenizer: &Tokenizer, message: &Message) -> Result<Option<(Vec<u3
     else {
         return Ok(None);
     };
+    if !message.tool_calls.is_empty() || !message.tool_responses.is_empty() {
+        return Ok(None);
+    }
     if streamed_text(tokenizer, ids)? != *text {
         return Ok(None);
     }

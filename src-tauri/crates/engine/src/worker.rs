@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use crate::generate::{generate, Delta, GenerateError, GenerateOptions, Usage};
 use crate::image::Preprocessed;
 use crate::media::FeatureCache;
+use crate::output::{Marker, Markers};
 use crate::sampler::SamplerConfig;
 use crate::speculative::{Proposer, SpeculativeOptions};
 use crate::stream::{Images, PrefillProgress, Session, TokenStream};
@@ -135,13 +136,25 @@ impl LoadedModel {
         thinking: bool,
         images: &[Arc<Preprocessed>],
     ) -> Result<Prompt, EngineError> {
+        self.prompt_with_tools(messages, &[], thinking, images)
+    }
+
+    /// [`Self::prompt`] with `tools` declared to the model (OpenAI's function-tool objects;
+    /// their text is data, as a message's is: see [`ChatTemplate::prompt_ids_with_tools`]).
+    pub fn prompt_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        thinking: bool,
+        images: &[Arc<Preprocessed>],
+    ) -> Result<Prompt, EngineError> {
         let options = RenderOptions {
             add_generation_prompt: true,
             enable_thinking: thinking,
         };
         let ids = self
             .template
-            .prompt_ids(&self.tokenizer, messages, options)?;
+            .prompt_ids_with_tools(&self.tokenizer, messages, tools, options)?;
         let counts: Vec<usize> = images.iter().map(|i| i.soft_tokens).collect();
         Ok(Prompt {
             ids: expand_image_placeholders(&ids, &counts, &self.specials)?,
@@ -308,6 +321,8 @@ pub struct ChatRequest {
     /// The images of `messages`, in the order of their `Part::Image` items.
     pub images: Vec<Arc<Preprocessed>>,
     pub thinking: bool,
+    /// Tools declared to the model (OpenAI's function-tool objects); empty: none.
+    pub tools: Vec<serde_json::Value>,
     pub options: GenerateOptions,
 }
 
@@ -325,6 +340,9 @@ pub enum Event {
         generation_id: u64,
         delta: String,
         token_count: usize,
+        /// What the id marks (a thought's or a tool call's bounds, a call's string
+        /// delimiter), whose text `delta` does not show.
+        marker: Option<Marker>,
     },
     Done {
         generation_id: u64,
@@ -690,7 +708,13 @@ fn answer(
     events: &mut Box<dyn FnMut(Event) + Send>,
 ) -> Result<(Usage, Vec<u32>), EngineError> {
     let m = loaded.ok_or(EngineError::NoModel)?;
-    let prompt = m.prompt(&request.messages, request.thinking, &request.images)?;
+    let prompt = m.prompt_with_tools(
+        &request.messages,
+        &request.tools,
+        request.thinking,
+        &request.images,
+    )?;
+    let markers = Markers::new(&m.tokenizer);
     let context = request.options.context_window;
     if prompt.ids.len() >= context {
         let message = alone_tokens(m, request)?;
@@ -726,6 +750,7 @@ fn answer(
                 generation_id: id,
                 delta: d.text,
                 token_count: count,
+                marker: d.token.and_then(|id| markers.of(id)),
             });
         },
     );
@@ -751,7 +776,11 @@ fn alone_tokens(m: &LoadedModel, request: &ChatRequest) -> Result<usize, EngineE
         .filter(|part| matches!(part, Part::Image))
         .count();
     let images = &request.images[request.images.len().saturating_sub(own)..];
-    Ok(m.prompt(&messages, request.thinking, images)?.ids.len())
+    Ok(
+        m.prompt_with_tools(&messages, &request.tools, request.thinking, images)?
+            .ids
+            .len(),
+    )
 }
 
 #[cfg(test)]

@@ -166,6 +166,7 @@ fn the_engine_thread_streams_and_stops_when_cancelled() {
         messages: vec![Message::text(Role::User, "Write forever.")],
         images: Vec::new(),
         thinking: false,
+        tools: Vec::new(),
         // No end-of-turn stop can end it early: the answer only ends by cancellation.
         options: GenerateOptions {
             sampler: SamplerConfig::greedy(),
@@ -216,6 +217,7 @@ fn endless_request() -> ChatRequest {
         messages: vec![Message::text(Role::User, "Write forever.")],
         images: Vec::new(),
         thinking: false,
+        tools: Vec::new(),
         options: GenerateOptions {
             sampler: SamplerConfig::greedy(),
             max_tokens: 2_000,
@@ -394,6 +396,7 @@ fn engine_answer(
         messages,
         images: Vec::new(),
         thinking: false,
+        tools: Vec::new(),
         options: greedy(max_tokens),
     };
     engine.generate(request, move |e| drop(tx.send(e))).unwrap();

@@ -270,6 +270,7 @@ fn after_a_refused_prompt_the_engine_answers_the_next_one() {
         messages: vec![Message::text(Role::User, text)],
         images: Vec::new(),
         thinking: false,
+        tools: Vec::new(),
         options: options(4, context_window),
     };
     let run = |request: ChatRequest| {
@@ -471,6 +472,7 @@ fn every_special_token_typed_in_a_message_is_answered_and_stays_text() {
             messages: user(typed(t)),
             images: Vec::new(),
             thinking: false,
+            tools: Vec::new(),
             options: options(2, 4096),
         };
         engine

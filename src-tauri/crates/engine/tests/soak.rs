@@ -119,6 +119,7 @@ impl Script {
             messages: messages.clone(),
             images: images.clone(),
             thinking: false,
+            tools: Vec::new(),
             options: GenerateOptions {
                 sampler: SamplerConfig::greedy(),
                 max_tokens: 3,
