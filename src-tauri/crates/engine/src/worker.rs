@@ -203,7 +203,6 @@ impl LoadedModel {
             }),
             _ => None,
         };
-        let constrained = constraint.is_some();
         let mut stream = TokenStream::start_constrained(
             model,
             session,
@@ -214,8 +213,9 @@ impl LoadedModel {
             cancel,
             on_prefill,
         )?;
-        // A constrained answer steps one id at a time: the mask of each id depends on the last.
-        if let (Some((drafter, options)), false) = (&self.drafter, constrained) {
+        // (A constrained answer is refused, with the reason in its stats: it steps one id at a
+        // time, as each mask depends on the id before.)
+        if let Some((drafter, options)) = &self.drafter {
             stream.speculate(Proposer::Mtp(drafter), options.clone());
         }
         Ok(stream)

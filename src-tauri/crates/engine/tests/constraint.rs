@@ -315,3 +315,26 @@ fn an_answer_without_a_constraint_is_unchanged_by_constrained_ones() {
         assert!(serde_json::from_str::<Value>(&text).is_err(), "{text:?}");
     }
 }
+
+#[test]
+fn a_constrained_answer_does_not_speculate_and_is_the_same_with_a_drafter() {
+    let mut m = load_f32();
+    let options = GenerateOptions {
+        constraint: Some(Grammar::JsonSchema(person_schema())),
+        ..greedy(120)
+    };
+    let (plain, text, _) = answer(&m, &options);
+    let drafter = common::fixture().with_file_name("tiny-assistant");
+    m.load_drafter(&drafter, None).unwrap();
+    let (ids, _, usage) = answer(&m, &options);
+    assert_eq!(ids, plain, "{text}");
+    let stats = usage
+        .speculative
+        .expect("the stats say why it did not speculate");
+    assert_eq!(stats.rounds, 0);
+    assert!(
+        stats.stopped.as_deref().unwrap().contains("constrained"),
+        "{stats:?}"
+    );
+    assert_person(&serde_json::from_str(&text).unwrap(), &text);
+}
