@@ -3,8 +3,7 @@
 wrote, against `gemma-desk-cli serve` on the tiny fixture. Each step checks what the client got,
 not only that it did not raise: the model list, a plain answer and its usage (and the prompt
 cache on a repeat), a streamed answer about an image with the usage chunk, a wrong key, an
-unknown model and a prompt too long for the context, structured output parsed into a pydantic
-model by `chat.completions.parse` and a schema that cannot be enforced; a second server on the same port is
+unknown model and a prompt too long for the context; a second server on the same port is
 refused in words. Then SIGTERM (what Ctrl+C does) stops the server cleanly.
 
     python tests/api/openai_client.py --cli target/debug/gemma-desk-cli --model tests/out/fixtures/tiny
