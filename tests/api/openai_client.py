@@ -26,9 +26,11 @@ import sys
 import tempfile
 import threading
 import zlib
+from typing import Literal
 
 import openai
 from openai import OpenAI
+from pydantic import BaseModel, Field
 
 MODEL = "tiny"
 CONTEXT = 512
@@ -80,6 +82,15 @@ def start(cli: str, model: str, key_file: str, log) -> tuple[subprocess.Popen, s
         log.seek(0)
         raise SystemExit(f"`serve` printed no address; stderr:\n{log.read()}")
     return server, found[0]
+
+
+class Ticket(BaseModel):
+    """What `parse()` must give back: every field bounded."""
+
+    title: str = Field(max_length=12)
+    priority: int = Field(ge=1, le=5)
+    open: bool
+    team: Literal["web", "app", "api"]
 
 
 def run(client: OpenAI, base_url: str) -> None:
@@ -153,6 +164,27 @@ def run(client: OpenAI, base_url: str) -> None:
         check(False, "a prompt too long is refused")
     except openai.BadRequestError as e:
         check(e.code == "context_length_exceeded", "a prompt too long raises BadRequestError (context_length_exceeded)")
+
+    # Structured output: the SDK's own schema from a pydantic model, enforced while sampling,
+    # parsed back by the SDK (a random model can only satisfy it by ending: every field bounded).
+    for extra in ({"temperature": 0}, {"temperature": 1, "seed": 5}):
+        parsed = client.chat.completions.parse(
+            model=MODEL, messages=[{"role": "user", "content": "File a ticket."}], max_tokens=200,
+            response_format=Ticket, **extra,
+        )
+        choice = parsed.choices[0]
+        ticket = choice.message.parsed
+        check(choice.finish_reason == "stop" and isinstance(ticket, Ticket), f"parse() gives a Ticket ({extra}): {ticket!r}")
+        check(len(ticket.title) <= 12 and 1 <= ticket.priority <= 5 and ticket.team in ("web", "app", "api"),
+              "the ticket's fields are within the schema's bounds")
+    try:
+        client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=1,
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "colour"}}},
+        )
+        check(False, "a schema that cannot be enforced is refused")
+    except openai.BadRequestError as e:
+        check(e.param == "response_format", "a schema that cannot be enforced raises BadRequestError (param response_format)")
 
 
 WEATHER = {

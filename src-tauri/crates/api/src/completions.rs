@@ -142,15 +142,7 @@ impl Plan {
                 "`tool_choice` \"required\" or a named function is not supported yet (it needs constrained decoding); use \"auto\"",
             ));
         }
-        if let Some(format) = &request.response_format {
-            let kind = format.get("type").and_then(Value::as_str);
-            if !(format.is_null() || kind == Some("text")) {
-                return Err(ApiError::invalid(
-                    "response_format",
-                    "structured output (json_object, json_schema) is not supported yet",
-                ));
-            }
-        }
+        let constraint = crate::format::grammar(request.response_format.as_ref())?;
         let context = model.context_window;
         let (field, max_tokens) = match (request.max_completion_tokens, request.max_tokens) {
             (Some(n), _) => ("max_completion_tokens", Some(n)),
@@ -219,6 +211,7 @@ impl Plan {
                 sampler,
                 max_tokens,
                 context_window: context,
+                constraint,
                 ..GenerateOptions::default()
             },
             stops,

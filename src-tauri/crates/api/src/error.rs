@@ -3,6 +3,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use engine::constraint::ConstraintError;
 use engine::generate::GenerateError;
 use engine::worker::EngineError;
 use serde_json::json;
@@ -178,6 +179,13 @@ impl From<EngineError> for ApiError {
                 message: e.to_string(),
                 param: Some("messages".into()),
             },
+            // Refused with the model's vocabulary, before anything was generated.
+            EngineError::Generate(GenerateError::Constraint(ConstraintError::Invalid(why))) => {
+                Self::Invalid {
+                    message: format!("`response_format` cannot be enforced: {why}"),
+                    param: Some("response_format".into()),
+                }
+            }
             other => Self::Internal(other.to_string()),
         }
     }

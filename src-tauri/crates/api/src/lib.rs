@@ -8,6 +8,7 @@
 mod completions;
 pub mod config;
 pub mod error;
+mod format;
 mod guard;
 mod log;
 mod messages;

@@ -441,7 +441,7 @@ fn requests_the_server_cannot_honour_are_400_in_words() {
         ("n", json!(2)),
         ("tools", json!([{ "type": "function", "function": {} }])),
         ("tool_choice", json!("required")),
-        ("response_format", json!({ "type": "json_object" })),
+        ("response_format", json!({ "type": "xml" })),
         ("temperature", json!(3.5)),
         ("max_tokens", json!(0)),
     ] {
@@ -780,4 +780,113 @@ fn a_streamed_response_sends_the_events_the_sdks_read() {
         assert!(usage["input_tokens"].as_u64().unwrap() > 0);
         assert!((1..=4).contains(&usage["output_tokens"].as_u64().unwrap()));
     }
+
+/// A schema a random model can only satisfy by ending: every value bounded.
+fn ticket_format() -> Value {
+    json!({ "type": "json_schema", "json_schema": { "name": "ticket", "strict": true, "schema": {
+        "type": "object",
+        "properties": {
+            "title": { "type": "string", "maxLength": 12 },
+            "priority": { "type": "integer", "minimum": 1, "maximum": 5 },
+            "open": { "type": "boolean" },
+            "team": { "enum": ["web", "app", "api"] }
+        },
+        "required": ["title", "priority", "open", "team"],
+        "additionalProperties": false
+    } } })
+}
+
+fn assert_ticket(content: &str) {
+    let ticket: Value = serde_json::from_str(content)
+        .unwrap_or_else(|e| panic!("the content is not JSON ({e}): {content:?}"));
+    let object = ticket.as_object().unwrap();
+    assert_eq!(object.len(), 4, "{content}");
+    assert!(
+        object["title"].as_str().unwrap().chars().count() <= 12,
+        "{content}"
+    );
+    assert!(
+        (1..=5).contains(&object["priority"].as_i64().unwrap()),
+        "{content}"
+    );
+    assert!(object["open"].is_boolean(), "{content}");
+    assert!(
+        ["web", "app", "api"].contains(&object["team"].as_str().unwrap()),
+        "{content}"
+    );
+}
+
+#[test]
+fn a_json_schema_response_format_is_followed_streamed_or_not() {
+    let server = TestServer::start(|_| {});
+    for seed in [None, Some(3)] {
+        let mut request = chat(ENDLESS, 300);
+        request["response_format"] = ticket_format();
+        if let Some(seed) = seed {
+            request["temperature"] = json!(1.0);
+            request["seed"] = json!(seed);
+        }
+        let whole = post(&server, &request);
+        assert_eq!(whole.status, 200, "{:?}", whole.json());
+        let whole = whole.json();
+        assert_eq!(whole["choices"][0]["finish_reason"], "stop", "{whole}");
+        let content = whole["choices"][0]["message"]["content"].as_str().unwrap();
+        assert_ticket(content);
+
+        request["stream"] = json!(true);
+        let mut response = Request::post("/v1/chat/completions", &request).open(server.port);
+        assert_eq!(response.status, 200);
+        let chunks = chunks(&response.events());
+        let finish = chunks
+            .iter()
+            .rev()
+            .find_map(|c| c["choices"][0]["finish_reason"].as_str());
+        assert_eq!(finish, Some("stop"));
+        assert_eq!(
+            streamed_text(&chunks),
+            content,
+            "the same seed, the same answer"
+        );
+    }
+
+    // json_object: an object, or, cut by max_tokens, the start of one.
+    let mut request = chat(ENDLESS, 3);
+    request["response_format"] = json!({ "type": "json_object" });
+    let reply = post(&server, &request).json();
+    assert_eq!(reply["choices"][0]["finish_reason"], "length");
+    assert!(reply["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with('{'));
+}
+
+#[test]
+fn a_schema_that_cannot_be_enforced_is_a_400_before_anything_is_generated() {
+    let server = TestServer::start(|_| {});
+    for (schema, says) in [
+        (
+            json!({ "type": "object", "properties": { "a": { "type": "colour" } } }),
+            "colour",
+        ),
+        (json!({ "type": "string", "pattern": "([a-z" }), ""),
+    ] {
+        for stream in [false, true] {
+            let mut request = chat("hi", 8);
+            request["stream"] = json!(stream);
+            request["response_format"] =
+                json!({ "type": "json_schema", "json_schema": { "name": "x", "schema": schema } });
+            let reply = post(&server, &request);
+            assert_eq!(reply.status, 400, "{schema}");
+            let error = &reply.json()["error"];
+            assert_eq!(error["param"], "response_format", "{error}");
+            assert_eq!(error["type"], "invalid_request_error");
+            let message = error["message"].as_str().unwrap();
+            assert!(
+                message.contains("cannot be enforced") && message.contains(says),
+                "{message}"
+            );
+        }
+    }
+    // The server still answers.
+    assert_eq!(post(&server, &chat("hi", 2)).status, 200);
 }

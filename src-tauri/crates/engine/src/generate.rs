@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::constraint::Grammar;
 use crate::detokenize::{Detokenizer, Shown};
 use crate::sampler::SamplerConfig;
 use crate::speculative::SpeculativeStats;
@@ -32,6 +33,10 @@ pub enum GenerateError {
     ImageCount { expected: usize, found: usize },
     #[error("{0}")]
     Image(String),
+    /// The answer's grammar cannot be enforced (refused before anything is generated), or
+    /// its matcher failed.
+    #[error(transparent)]
+    Constraint(#[from] crate::constraint::ConstraintError),
 }
 
 /// Result of this module.
@@ -77,6 +82,10 @@ pub struct GenerateOptions {
     pub context_window: usize,
     /// Prompt positions per prefill forward.
     pub prefill_chunk: usize,
+    /// What the answer must follow (a JSON schema, any JSON object, a Lark grammar), enforced
+    /// while sampling; `None` leaves the model free, at no cost. Compiled per answer by
+    /// [`crate::worker::LoadedModel::token_stream`]; an answer under one never speculates.
+    pub constraint: Option<Grammar>,
 }
 
 impl Default for GenerateOptions {
@@ -86,6 +95,7 @@ impl Default for GenerateOptions {
             max_tokens: 1024,
             context_window: 32768,
             prefill_chunk: 512,
+            constraint: None,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! come from (`model-store`).
 
 pub mod checkpoint;
+pub mod constraint;
 pub mod detokenize;
 pub mod generate;
 pub mod image;

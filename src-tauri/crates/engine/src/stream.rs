@@ -20,6 +20,7 @@ use mlx_rs::transforms::{async_eval, eval};
 use mlx_rs::Array;
 use mlx_rs::Dtype;
 
+use crate::constraint::{Constraint, ConstraintError};
 use crate::generate::{GenerateError, GenerateOptions, Result};
 use crate::sampler::Sampler;
 use crate::speculative::{
@@ -228,6 +229,9 @@ pub struct TokenStream<'a> {
     spec: Option<Speculation<'a>>,
     /// What speculation did (kept once it has stopped).
     spec_stats: Option<SpeculativeStats>,
+    /// The grammar the answer follows, when one is set: each draw is masked by it and each id
+    /// read is fed to it.
+    constraint: Option<Constraint>,
 }
 
 impl<'a> TokenStream<'a> {
@@ -253,6 +257,32 @@ impl<'a> TokenStream<'a> {
         prompt: &[u32],
         images: Option<&mut Images<'_>>,
         options: &GenerateOptions,
+        cancel: &'a AtomicBool,
+        on_prefill: &mut dyn FnMut(PrefillProgress),
+    ) -> Result<Self> {
+        if options.constraint.is_some() {
+            return Err(ConstraintError::Invalid(
+                "a constrained answer is compiled with the model's vocabulary: start it with \
+                 LoadedModel::token_stream or TokenStream::start_constrained"
+                    .into(),
+            )
+            .into());
+        }
+        Self::start_constrained(
+            model, session, prompt, images, options, None, cancel, on_prefill,
+        )
+    }
+
+    /// [`Self::start_reporting`] with every draw masked by `constraint` (compiled from
+    /// `options.constraint` by [`crate::worker::LoadedModel::constraint`]), when one is given.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_constrained(
+        model: &'a Model,
+        session: &'a mut Session,
+        prompt: &[u32],
+        images: Option<&mut Images<'_>>,
+        options: &GenerateOptions,
+        constraint: Option<Constraint>,
         cancel: &'a AtomicBool,
         on_prefill: &mut dyn FnMut(PrefillProgress),
     ) -> Result<Self> {
@@ -307,6 +337,7 @@ impl<'a> TokenStream<'a> {
             media: !media.is_empty(),
             spec: None,
             spec_stats: None,
+            constraint,
         };
         let Some(logits) = stream.prefill(new, &media, options.prefill_chunk, on_prefill)? else {
             stream.end = Some(StreamEnd::Cancelled);
@@ -319,6 +350,10 @@ impl<'a> TokenStream<'a> {
             let recent = &tokens[tokens.len() - window.min(tokens.len())..];
             stream.penalty = Some((Array::from_slice(recent, &[recent.len() as i32]), window));
         }
+        let logits = match stream.constraint.as_mut() {
+            Some(constraint) => constraint.mask(&logits)?,
+            None => logits,
+        };
         let first = stream.sampler.sample(&logits, &stream.history())?;
         async_eval([&first])?;
         stream.pending = Some(first);
@@ -359,6 +394,9 @@ impl<'a> TokenStream<'a> {
         }
         if self.spec.is_some() {
             return self.next_speculative();
+        }
+        if self.constraint.is_some() {
+            return self.next_constrained();
         }
         let Some(y) = self.pending.take() else {
             let end = if self.produced >= self.room {
@@ -406,6 +444,60 @@ impl<'a> TokenStream<'a> {
         Ok(Some(token))
     }
 
+    /// [`Self::next_token`] under a grammar: the forward of the pending id is dispatched, then
+    /// the id is read and fed to the grammar while the device works, and the next draw is made
+    /// from the logits masked by what the grammar allows after it.
+    fn next_constrained(&mut self) -> Result<Option<u32>> {
+        let Some(y) = self.pending.take() else {
+            self.finish(self.limit_end());
+            return Ok(None);
+        };
+        let last = self.produced + 1 >= self.limit;
+        let built = Instant::now();
+        let logits = if last {
+            None
+        } else {
+            let logits =
+                self.model
+                    .forward_array(&y.reshape(&[1])?, &mut self.session.caches, None)?;
+            async_eval([&logits])?;
+            Some(logits)
+        };
+        let dispatched = Instant::now();
+        let token: u32 = y
+            .try_item_exact::<u32>()
+            .map_err(|e| GenerateError::Token(e.to_string()))?;
+        let waiting = Instant::now();
+        if let Some(constraint) = self.constraint.as_mut() {
+            constraint.consume(token)?;
+        }
+        if let Some(logits) = logits {
+            if let Some((ids, window)) = &mut self.penalty {
+                let mut grown = concatenate(&[&*ids, &y.reshape(&[1])?], 0)?;
+                let len = grown.shape()[0];
+                if len > *window as i32 {
+                    grown = grown.index(len - *window as i32..);
+                }
+                *ids = grown;
+            }
+            let masked = match self.constraint.as_mut() {
+                Some(constraint) => constraint.mask(&logits)?,
+                None => logits,
+            };
+            let next = self.sampler.sample(&masked, &self.history())?;
+            async_eval([&next])?;
+            self.pending = Some(next);
+            self.session.tokens.push(token);
+        }
+        self.last_step = StepTimes {
+            build: dispatched - built,
+            dispatch: Duration::ZERO,
+            wait: waiting - dispatched,
+        };
+        self.produced += 1;
+        Ok(Some(token))
+    }
+
     fn finish(&mut self, end: StreamEnd) {
         self.pending = None;
         self.end = Some(end);
@@ -439,6 +531,10 @@ impl<'a> TokenStream<'a> {
         }
         if self.penalty.is_some() {
             self.spec_stats = Some(stats("drafting is off with a repetition penalty"));
+            return false;
+        }
+        if self.constraint.is_some() {
+            self.spec_stats = Some(stats("drafting is off with a constrained output"));
             return false;
         }
         if !crate::speculative::proposer_fits(&proposer, self.model) {

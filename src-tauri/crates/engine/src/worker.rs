@@ -1,7 +1,7 @@
 //! The engine thread. MLX state stays on one thread; the app talks to it through channels:
 //! requests in, token / usage / error events out. Cancellation is a flag checked between tokens.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -9,6 +9,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::constraint::{Constraint, Grammars};
 use crate::generate::{generate, Delta, GenerateError, GenerateOptions, Usage};
 use crate::image::Preprocessed;
 use crate::media::FeatureCache;
@@ -60,6 +61,8 @@ pub struct LoadedModel {
     features: RefCell<FeatureCache>,
     /// The MTP drafter every answer speculates with, when one is set.
     drafter: Option<(Drafter, SpeculativeOptions)>,
+    /// The token trie and grammar compiler, built by the first constrained answer.
+    grammars: OnceCell<Grammars>,
 }
 
 /// A conversation ready for generation: its ids, each image placeholder already expanded to its
@@ -95,6 +98,7 @@ impl LoadedModel {
             specials,
             features: RefCell::new(FeatureCache::new(IMAGE_FEATURES_KEPT)),
             drafter: None,
+            grammars: OnceCell::new(),
         })
     }
 
@@ -184,6 +188,16 @@ impl LoadedModel {
         cancel: &'a AtomicBool,
         on_prefill: &mut dyn FnMut(PrefillProgress),
     ) -> Result<TokenStream<'a>, EngineError> {
+        // Compiled before anything is read, so a grammar that cannot be enforced is refused
+        // first.
+        let constraint = match &options.constraint {
+            Some(grammar) => Some(
+                self.grammars()?
+                    .compile(grammar)
+                    .map_err(GenerateError::from)?,
+            ),
+            None => None,
+        };
         let model = &self.model;
         let images = &prompt.images;
         let mut cache = self.features.borrow_mut();
@@ -202,19 +216,48 @@ impl LoadedModel {
             }),
             _ => None,
         };
-        let mut stream = TokenStream::start_reporting(
+        let mut stream = TokenStream::start_constrained(
             model,
             session,
             &prompt.ids,
             bound.as_mut(),
             options,
+            constraint,
             cancel,
             on_prefill,
         )?;
+        // (A constrained answer is refused, with the reason in its stats: it steps one id at a
+        // time, as each mask depends on the id before.)
         if let Some((drafter, options)) = &self.drafter {
             stream.speculate(Proposer::Mtp(drafter), options.clone());
         }
         Ok(stream)
+    }
+
+    /// The token trie and grammar compiler of this model, built on first use.
+    pub fn grammars(&self) -> Result<&Grammars, EngineError> {
+        if let Some(grammars) = self.grammars.get() {
+            return Ok(grammars);
+        }
+        let built = Grammars::new(
+            self.tokenizer.clone(),
+            &self.specials,
+            self.model.config().text.vocab_size,
+        )
+        .map_err(GenerateError::from)?;
+        Ok(self.grammars.get_or_init(|| built))
+    }
+
+    /// Compiles `grammar` for one answer with this model's vocabulary (refused with the
+    /// reason when it cannot be enforced).
+    pub fn constraint(
+        &self,
+        grammar: &crate::constraint::Grammar,
+    ) -> Result<Constraint, EngineError> {
+        Ok(self
+            .grammars()?
+            .compile(grammar)
+            .map_err(GenerateError::from)?)
     }
 
     /// Answers `prompt`: the token stream under the generator (text deltas through `on_delta`,
