@@ -780,6 +780,7 @@ fn a_streamed_response_sends_the_events_the_sdks_read() {
         assert!(usage["input_tokens"].as_u64().unwrap() > 0);
         assert!((1..=4).contains(&usage["output_tokens"].as_u64().unwrap()));
     }
+}
 
 /// A schema a random model can only satisfy by ending: every value bounded.
 fn ticket_format() -> Value {
