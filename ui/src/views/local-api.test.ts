@@ -167,10 +167,7 @@ describe("the Local API panel", () => {
       expect.objectContaining({ allowedOrigins: ["http://localhost:3000", "https://*.x"] }),
     );
     expect($(panel, "local-api-change-error")?.textContent).toContain("wildcards are not allowed");
-    expect($<HTMLTextAreaElement>(panel, "local-api-origins")?.value).toContain(
-      "https://*.x",
-      "what was typed stays to fix",
-    );
+    expect($<HTMLTextAreaElement>(panel, "local-api-origins")?.value).toContain("https://*.x");
     panel.element.remove();
   });
 
