@@ -37,6 +37,10 @@ const COMMANDS: &[&str] = &[
     "cancel_drafter_download",
     "set_system_prompt",
     "count_tokens",
+    "local_api",
+    "set_local_api",
+    "regenerate_api_key",
+    "api_log",
 ];
 
 fn main() {

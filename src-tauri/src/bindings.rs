@@ -53,6 +53,10 @@ fn ui_bindings_are_current() {
     Imported::export_all(&config).unwrap();
     crate::faster::FasterAnswers::export_all(&config).unwrap();
     model_store::ModelCandidate::export_all(&config).unwrap();
+    crate::local_api::LocalApiStatus::export_all(&config).unwrap();
+    crate::local_api::LocalApiChange::export_all(&config).unwrap();
+    crate::local_api::ApiLogEntry::export_all(&config).unwrap();
+    crate::local_api::ApiActivity::export_all(&config).unwrap();
 
     let fresh = read_ts_files(fresh_dir.path());
     let committed = read_ts_files(&committed_dir);

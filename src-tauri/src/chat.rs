@@ -355,7 +355,7 @@ impl Chat {
         // Registered before the engine can finish, so a fast answer cannot clear it first.
         let generation_id = self
             .engine
-            .generate(request, move |event| recorder.on_event(event))?;
+            .generate_first(request, move |event| recorder.on_event(event))?;
         *active = Some(Active {
             generation_id,
             conversation_id: conversation_id.to_owned(),

@@ -13,6 +13,7 @@ use crate::chat::{SendRequest, Sent};
 use crate::error::Error;
 use crate::events::Events;
 use crate::faster::FasterAnswers;
+use crate::local_api::{ApiLogEntry, LocalApiChange, LocalApiStatus};
 use crate::memory::{self, MemoryUsage};
 use crate::model_setup::ModelState;
 use crate::settings::Settings;
@@ -360,4 +361,33 @@ pub async fn export_json(
 pub async fn import_json(app: AppHandle, state: Shared<'_>) -> Result<Imported, Error> {
     let store = state.store.clone();
     blocking(move || transfer::import_json(&app, &store)).await
+}
+
+/// Where Settings → Local API stands.
+#[tauri::command]
+pub fn local_api(state: Shared<'_>) -> LocalApiStatus {
+    state.local_api.status()
+}
+
+/// Switches the local API, or changes its port, origins or verbosity (restarting it as needed).
+#[tauri::command]
+pub async fn set_local_api(
+    state: Shared<'_>,
+    change: LocalApiChange,
+) -> Result<LocalApiStatus, Error> {
+    let api = state.local_api.clone();
+    blocking(move || api.change(change)).await
+}
+
+/// A new API key; the old one stops working at once.
+#[tauri::command]
+pub async fn regenerate_api_key(state: Shared<'_>) -> Result<LocalApiStatus, Error> {
+    let api = state.local_api.clone();
+    blocking(move || api.regenerate_key()).await
+}
+
+/// The local API's request log, oldest first.
+#[tauri::command]
+pub fn api_log(state: Shared<'_>) -> Vec<ApiLogEntry> {
+    state.local_api.log()
 }

@@ -1,12 +1,15 @@
 //! What the backend tells the UI without being asked: model state, streamed answers, drops.
 //! Logic emits through [`Events`]; the window implements it with Tauri events, tests record.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use tauri::{AppHandle, Emitter};
 
 use crate::attachments::DropEvent;
 use crate::chat::GenerationEvent;
 use crate::faster::FasterAnswers;
+use crate::local_api::{ApiActivity, ApiLogEntry, LocalApi, LocalApiStatus};
 use crate::model_setup::ModelState;
 
 /// Event names the UI listens to.
@@ -14,6 +17,9 @@ pub const MODEL_STATE: &str = "model-state";
 pub const GENERATION: &str = "generation";
 pub const DROP: &str = "drop";
 pub const FASTER_ANSWERS: &str = "faster-answers";
+pub const LOCAL_API: &str = "local-api";
+pub const API_REQUEST: &str = "api-request";
+pub const API_ACTIVITY: &str = "api-activity";
 
 /// Where events go.
 pub trait Events: Send + Sync + 'static {
@@ -22,6 +28,12 @@ pub trait Events: Send + Sync + 'static {
     fn dropped(&self, event: &DropEvent);
     /// Where "Faster answers" stands, when it changes by itself (a drafter download).
     fn faster_answers(&self, state: &FasterAnswers);
+    /// Where the local API stands, when it changes (switched, restarted, model changed).
+    fn local_api(&self, status: &LocalApiStatus);
+    /// A local API request ended (the request log's next row).
+    fn api_request(&self, entry: &ApiLogEntry);
+    /// How many local API answers are asked for now.
+    fn api_activity(&self, activity: &ApiActivity);
 }
 
 impl Events for AppHandle {
@@ -39,6 +51,50 @@ impl Events for AppHandle {
 
     fn faster_answers(&self, state: &FasterAnswers) {
         emit(self, FASTER_ANSWERS, state);
+    }
+
+    fn local_api(&self, status: &LocalApiStatus) {
+        emit(self, LOCAL_API, status);
+    }
+
+    fn api_request(&self, entry: &ApiLogEntry) {
+        emit(self, API_REQUEST, entry);
+    }
+
+    fn api_activity(&self, activity: &ApiActivity) {
+        emit(self, API_ACTIVITY, activity);
+    }
+}
+
+/// The app's events, with the model's state also handed to the local API (which serves
+/// whatever model the window loaded).
+pub struct FollowModel {
+    pub inner: Arc<dyn Events>,
+    pub api: Arc<LocalApi>,
+}
+
+impl Events for FollowModel {
+    fn model_state(&self, state: &ModelState) {
+        self.api.model_changed(state);
+        self.inner.model_state(state);
+    }
+    fn generation(&self, event: &GenerationEvent) {
+        self.inner.generation(event);
+    }
+    fn dropped(&self, event: &DropEvent) {
+        self.inner.dropped(event);
+    }
+    fn faster_answers(&self, state: &FasterAnswers) {
+        self.inner.faster_answers(state);
+    }
+    fn local_api(&self, status: &LocalApiStatus) {
+        self.inner.local_api(status);
+    }
+    fn api_request(&self, entry: &ApiLogEntry) {
+        self.inner.api_request(entry);
+    }
+    fn api_activity(&self, activity: &ApiActivity) {
+        self.inner.api_activity(activity);
     }
 }
 
@@ -61,6 +117,9 @@ pub mod recorded {
         ModelState(ModelState),
         Generation(GenerationEvent),
         FasterAnswers(FasterAnswers),
+        LocalApi(LocalApiStatus),
+        ApiRequest(ApiLogEntry),
+        ApiActivity(ApiActivity),
     }
 
     #[derive(Default)]
@@ -92,6 +151,24 @@ pub mod recorded {
                 .lock()
                 .unwrap()
                 .push(Recorded::FasterAnswers(state.clone()));
+        }
+        fn local_api(&self, status: &LocalApiStatus) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(Recorded::LocalApi(status.clone()));
+        }
+        fn api_request(&self, entry: &ApiLogEntry) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(Recorded::ApiRequest(entry.clone()));
+        }
+        fn api_activity(&self, activity: &ApiActivity) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(Recorded::ApiActivity(*activity));
         }
     }
 }

@@ -14,6 +14,7 @@ mod instance;
 mod launch;
 mod launch_error;
 mod links;
+mod local_api;
 mod memory;
 mod model_setup;
 mod settings;
@@ -24,6 +25,8 @@ mod transfer;
 
 #[cfg(test)]
 mod bindings;
+#[cfg(test)]
+mod local_api_tests;
 #[cfg(test)]
 mod tests;
 
@@ -95,6 +98,10 @@ fn run() -> anyhow::Result<()> {
             commands::cancel_drafter_download,
             commands::set_system_prompt,
             commands::count_tokens,
+            commands::local_api,
+            commands::set_local_api,
+            commands::regenerate_api_key,
+            commands::api_log,
         ])
         .build(tauri::generate_context!())
         .context("could not start the app")?;
@@ -158,6 +165,7 @@ fn run() -> anyhow::Result<()> {
                 // Ends a running answer cleanly so it is saved as stopped, not left mid-write.
                 if let Some(state) = handle.try_state::<AppState>() {
                     state.chat.shutdown();
+                    state.local_api.shutdown();
                 }
             }
             _ => {}

@@ -9,7 +9,8 @@ use model_store::HfCache;
 use crate::attachments::Attachments;
 use crate::chat::Chat;
 use crate::data_dir::DataDir;
-use crate::events::Events;
+use crate::events::{Events, FollowModel};
+use crate::local_api::LocalApi;
 use crate::model_setup::Models;
 
 /// The hub the default model is downloaded from.
@@ -22,6 +23,7 @@ pub struct AppState {
     pub models: Arc<Models>,
     pub chat: Arc<Chat>,
     pub attachments: Arc<Attachments>,
+    pub local_api: Arc<LocalApi>,
 }
 
 impl AppState {
@@ -37,6 +39,16 @@ impl AppState {
         // Files left by attachments that were never sent, or by a crash mid-delete.
         let _ = store.prune_orphan_files();
         let engine = Arc::new(Engine::spawn());
+        // Started now when it was on; it serves the model the window loads, once loaded.
+        let local_api = Arc::new(LocalApi::open(
+            engine.clone(),
+            store.clone(),
+            events.clone(),
+        )?);
+        let events: Arc<dyn Events> = Arc::new(FollowModel {
+            inner: events,
+            api: local_api.clone(),
+        });
         let models = Arc::new(Models::new(
             engine.clone(),
             store.clone(),
@@ -59,6 +71,7 @@ impl AppState {
             models,
             chat,
             attachments,
+            local_api,
         })
     }
 }

@@ -52,13 +52,16 @@ provides the X server.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +69,7 @@ from typing import Callable, TypeVar
 
 import security
 from desktop import Desktop, Rect
-from harness import APP_TITLE, AppRun, Driver, Steps, TestFailure, check, isolated_env, wait_for
+from harness import APP_TITLE, AppRun, Driver, Steps, TestFailure, check, free_port, isolated_env, wait_for
 from webdriver import ELEMENT_KEY, KEY_ENTER, KEY_ESCAPE, Session, WebDriverError
 
 T = TypeVar("T")
@@ -880,6 +883,79 @@ class Scenario:
             check(len(s.find_all(testid("pending-attachment"))) == 1, "the empty paste changed the attachments")
             steps.shot("nothing-to-paste")
             win.click(f'{testid("pending-attachment")} button', "the pasted image's Remove button")
+
+        with steps.step("Settings → Local API: on, called with the panel's key while the window's chat streams; both answers complete"):
+            win.set_settings({"maxTokens": str(SHORT_ANSWER)})
+            win.click(testid("settings"), "the Settings button")
+
+            def api_field(name: str) -> str | None:
+                return s.find(testid(name))
+
+            toggle = win.need(testid("local-api-toggle"), "the Local API switch")
+            s.execute("arguments[0].scrollIntoView({block: 'center'})", {ELEMENT_KEY: toggle})
+            check(not s.property(toggle, "checked"), "the Local API was on before it was switched on")
+            s.click(toggle)
+            wait_for("the Local API's key in the panel", lambda: bool(api_field("local-api-key")), 15)
+            # A port free on this machine, typed as a person would and applied when the field is left.
+            port = free_port()
+            field = win.need(testid("local-api-port"), "the Local API's port")
+            s.execute(
+                "arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('change'))",
+                {ELEMENT_KEY: field}, str(port),
+            )
+            address = f"http://127.0.0.1:{port}/v1"
+
+            def shown_address() -> str:
+                element = api_field("local-api-address")
+                return s.text(element) if element is not None else ""
+
+            wait_for(f"the Local API at {address}", lambda: shown_address() == address, 15)
+            key = s.property(win.need(testid("local-api-key"), "the API key field"), "value")
+            check(isinstance(key, str) and key.startswith("gd-"), f"the panel shows the key {key!r}")
+            state = s.text(win.need(testid("local-api-state"), "the Local API's state"))
+            check(state.startswith("On: serving"), f"the Local API says {state!r}")
+            steps.shot("local-api")
+            win.click(testid("settings-cancel"), "Cancel in Settings")
+            status = s.text(win.need(testid("api-status"), "the API in the status bar"))
+            check(status.startswith("API:"), f"the status bar shows {status!r}")
+
+            model_id = state.removeprefix("On: serving ").split(".")[0]
+            replies: list[tuple[int, dict]] = []
+
+            def call_api() -> None:
+                body = json.dumps({
+                    "model": model_id,
+                    "messages": [{"role": "user", "content": "Hello from another program"}],
+                    "max_tokens": 16,
+                }).encode()
+                request = urllib.request.Request(
+                    f"{address}/chat/completions", data=body, method="POST",
+                    headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+                )
+                with urllib.request.urlopen(request, timeout=ANSWER_TIMEOUT) as response:
+                    replies.append((response.status, json.loads(response.read())))
+
+            before = {m.id for m in win.messages()}
+            win.send(FIRST_MESSAGE)
+            wait_streaming(win, before, 2, ANSWER_TIMEOUT)
+            caller = threading.Thread(target=call_api, daemon=True)
+            caller.start()
+            answer, _ = watch_answer(win, before, ANSWER_TIMEOUT)
+            check(answer.status == "complete", f"the window's answer ended {answer.status!r} beside the API")
+            caller.join(ANSWER_TIMEOUT)
+            check(len(replies) == 1, "the API request got no answer")
+            code, reply = replies[0]
+            content = reply["choices"][0]["message"]["content"]
+            check(code == 200 and isinstance(content, str), f"the API answered {code}: {reply!r}")
+            check(reply["usage"]["completion_tokens"] > 0, f"the API's answer has no tokens: {reply['usage']!r}")
+            win.click(testid("settings"), "the Settings button")
+            wait_for(
+                "the API request in the panel's log",
+                lambda: any("/v1/chat/completions" in s.text(row) for row in s.find_all(testid("local-api-log-row"))),
+                15,
+            )
+            steps.shot("local-api-log")
+            win.click(testid("settings-cancel"), "Cancel in Settings")
 
         with steps.step("Settings → Model shows the model and switches to another checkpoint"):
             other = model.parent / "tiny-plmp-bf16"

@@ -5,6 +5,8 @@
 import { invoke, type InvokeArgs, type InvokeOptions } from "@tauri-apps/api/core";
 import { listen, type UnlistenFn } from "@tauri-apps/api/event";
 
+import type { ApiActivity } from "./bindings/ApiActivity";
+import type { ApiLogEntry } from "./bindings/ApiLogEntry";
 import type { AppStatus } from "./bindings/AppStatus";
 import type { Attachment } from "./bindings/Attachment";
 import type { CommandError } from "./bindings/CommandError";
@@ -18,6 +20,8 @@ import type { ErrorKind } from "./bindings/ErrorKind";
 import type { FasterAnswers } from "./bindings/FasterAnswers";
 import type { GenerationEvent } from "./bindings/GenerationEvent";
 import type { ImportReport } from "./bindings/ImportReport";
+import type { LocalApiChange } from "./bindings/LocalApiChange";
+import type { LocalApiStatus } from "./bindings/LocalApiStatus";
 import type { Imported } from "./bindings/Imported";
 import type { MemoryUsage } from "./bindings/MemoryUsage";
 import type { Message } from "./bindings/Message";
@@ -36,6 +40,10 @@ import type { StopReason } from "./bindings/StopReason";
 import type { Usage } from "./bindings/Usage";
 
 export type {
+  ApiActivity,
+  ApiLogEntry,
+  LocalApiChange,
+  LocalApiStatus,
   FasterAnswers,
   AppStatus,
   Attachment,
@@ -311,6 +319,38 @@ export function onGeneration(handler: (event: GenerationEvent) => void): Promise
 
 export function onFasterAnswers(handler: (state: FasterAnswers) => void): Promise<UnlistenFn> {
   return listen<FasterAnswers>("faster-answers", (event) => handler(event.payload));
+}
+
+/** Where Settings → Local API stands. */
+export function localApi(): Promise<LocalApiStatus> {
+  return call("local_api");
+}
+
+/** Switches the local API or changes its port, origins or verbosity; rejects in words. */
+export function setLocalApi(change: LocalApiChange): Promise<LocalApiStatus> {
+  return call("set_local_api", { change });
+}
+
+/** A new API key; the old one stops working at once. */
+export function regenerateApiKey(): Promise<LocalApiStatus> {
+  return call("regenerate_api_key");
+}
+
+/** The local API's request log so far, oldest first. */
+export function apiLog(): Promise<ApiLogEntry[]> {
+  return call("api_log");
+}
+
+export function onLocalApi(handler: (status: LocalApiStatus) => void): Promise<UnlistenFn> {
+  return listen<LocalApiStatus>("local-api", (event) => handler(event.payload));
+}
+
+export function onApiRequest(handler: (entry: ApiLogEntry) => void): Promise<UnlistenFn> {
+  return listen<ApiLogEntry>("api-request", (event) => handler(event.payload));
+}
+
+export function onApiActivity(handler: (activity: ApiActivity) => void): Promise<UnlistenFn> {
+  return listen<ApiActivity>("api-activity", (event) => handler(event.payload));
 }
 
 export function onDrop(handler: (event: DropEvent) => void): Promise<UnlistenFn> {

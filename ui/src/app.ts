@@ -31,6 +31,7 @@ import { Composer } from "./views/composer";
 import { confirmDialog } from "./views/dialogs";
 import { ModelPanel } from "./views/model-settings";
 import { FasterPanel } from "./views/faster-answers";
+import { LocalApiPanel } from "./views/local-api";
 import { SettingsDialog } from "./views/settings";
 import { openSystemPromptEditor } from "./views/system-prompt";
 import { setupView } from "./views/setup";
@@ -74,6 +75,7 @@ export class App {
   private readonly toasts = new Toasts();
   private readonly settingsDialog: SettingsDialog;
   private readonly fasterPanel: FasterPanel;
+  private readonly localApiPanel: LocalApiPanel;
   private readonly dropOverlay = el(
     "div",
     { class: "drop-overlay", "data-testid": "drop-overlay", hidden: true, "aria-hidden": "true" },
@@ -146,6 +148,14 @@ export class App {
       cancelDownload: () => api.cancelDrafterDownload(),
     });
     this.fasterPanel = fasterPanel;
+    const localApiPanel = new LocalApiPanel({
+      load: () => api.localApi(),
+      set: (change) => api.setLocalApi(change),
+      regenerateKey: () => api.regenerateApiKey(),
+      log: () => api.apiLog(),
+      copy: (text) => copyText(text),
+    });
+    this.localApiPanel = localApiPanel;
     this.settingsDialog = new SettingsDialog(
       {
         load: () => api.getSettings(),
@@ -153,10 +163,11 @@ export class App {
       },
       this.state.settingsLimits,
       {
-        element: el("div", {}, modelPanel.element, fasterPanel.element),
+        element: el("div", {}, modelPanel.element, fasterPanel.element, localApiPanel.element),
         refresh: () => {
           modelPanel.refresh();
           fasterPanel.refresh();
+          localApiPanel.refresh();
         },
       },
     );
@@ -179,6 +190,15 @@ export class App {
         await api.onGeneration((event) => this.onGeneration(event)),
         await api.onDrop((event) => this.onDrop(event)),
         await api.onFasterAnswers((state) => this.fasterPanel.show(state)),
+        await api.onLocalApi((status) => {
+          this.localApiPanel.show(status);
+          this.statusBar.setApi(status.running, status.answering);
+        }),
+        await api.onApiRequest((entry) => this.localApiPanel.logged(entry)),
+        await api.onApiActivity(({ answering }) => {
+          this.localApiPanel.activity(answering);
+          this.statusBar.setApiAnswering(answering);
+        }),
       );
     } catch (error) {
       this.toasts.show(`Live updates are unavailable: ${errorMessage(error)}`);
@@ -197,6 +217,13 @@ export class App {
     this.state.settingsLimits.set(status.settingsLimits);
     this.applyModelState(status.model);
     void this.refreshConversations();
+    api.localApi().then(
+      (local) => {
+        this.localApiPanel.show(local);
+        this.statusBar.setApi(local.running, local.answering);
+      },
+      () => {},
+    );
     api.getSettings().then(
       (settings) => this.state.settings.set(settings),
       () => {},

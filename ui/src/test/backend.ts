@@ -1,5 +1,6 @@
 /** A small in-memory backend behind the fake Tauri bridge, shaped like the real commands. */
 import type {
+  ApiLogEntry,
   AppStatus,
   Conversation,
   ConversationSummary,
@@ -7,6 +8,8 @@ import type {
   FasterAnswers,
   GenerationEvent,
   ImportReport,
+  LocalApiChange,
+  LocalApiStatus,
   Message,
   ModelState,
   SearchHit,
@@ -122,6 +125,25 @@ export class FakeBackend {
     modelsDir: "/models",
     failed: null,
   };
+  /** Where Settings → Local API stands. */
+  localApi: LocalApiStatus = {
+    enabled: false,
+    running: false,
+    port: 7341,
+    defaultPort: 7341,
+    minPort: 1024,
+    maxPort: 65535,
+    address: "http://127.0.0.1:7341/v1",
+    key: null,
+    allowedOrigins: [],
+    verbose: false,
+    error: null,
+    modelId: "gemma-4-e4b-it-4bit",
+    answering: 0,
+  };
+  /** Ports "another program" holds. */
+  busyPorts: number[] = [];
+  apiLog: ApiLogEntry[] = [];
   /** What `import_json` answers next (null: the dialog was cancelled). */
   importReport: ImportReport | null = null;
   /** Every `send_message` request, oldest first. */
@@ -196,6 +218,32 @@ export class FakeBackend {
     handle("export_json", ({ id }) => `/Users/ada/Documents/${typeof id === "string" ? id : "all"}.json`);
     handle("import_json", () => ({ report: this.importReport }));
     handle("faster_answers", () => this.faster);
+    handle("local_api", () => this.localApi);
+    handle("api_log", () => this.apiLog);
+    handle("set_local_api", ({ change }) => {
+      const c = change as LocalApiChange;
+      if (c.port < 1024 || c.port > 65535)
+        throw { kind: "invalidInput", message: `the port must be between 1024 and 65535, not ${c.port}` };
+      this.localApi = {
+        ...this.localApi,
+        enabled: c.enabled,
+        running: c.enabled && !this.busyPorts.includes(c.port),
+        port: c.port,
+        address: `http://127.0.0.1:${c.port}/v1`,
+        allowedOrigins: c.allowedOrigins,
+        verbose: c.verbose,
+        key: this.localApi.key ?? (c.enabled ? "gd-first-key-0123456789abcdefghijklmnopqrstuv" : null),
+        error:
+          c.enabled && this.busyPorts.includes(c.port)
+            ? `port ${c.port} on 127.0.0.1 is already in use by another program; choose another port`
+            : null,
+      };
+      return this.localApi;
+    });
+    handle("regenerate_api_key", () => {
+      this.localApi = { ...this.localApi, key: "gd-second-key-0123456789abcdefghijklmnopqrstu" };
+      return this.localApi;
+    });
     handle("download_drafter", () => {
       this.faster = { state: "downloading", progress: drafterProgress(0) };
       return this.faster;

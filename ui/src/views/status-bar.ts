@@ -8,13 +8,16 @@ export class StatusBar {
   private readonly model = el("span", { class: "status-model", "data-testid": "model-status" });
   private readonly dot = el("span", { class: "status-dot", "aria-hidden": "true" });
   private readonly memory = el("span", { class: "status-memory", "data-testid": "memory" });
+  /** "API: on" / "API: answering", only while the local API runs. */
+  private readonly api = el("span", { class: "status-api", "data-testid": "api-status", role: "status", hidden: true });
+  private apiRunning = false;
 
   constructor() {
     this.element = el(
       "footer",
       { class: "status-bar", "aria-label": "Status" },
       el("span", { class: "status-left" }, this.dot, this.model),
-      this.memory,
+      el("span", { class: "status-right" }, this.api, this.memory),
     );
     this.setModel({ state: "none" });
   }
@@ -44,6 +47,22 @@ export class StatusBar {
         this.model.title = state.message;
         break;
     }
+  }
+
+  /** Whether the local API runs, and how many answers it is asked for now. */
+  setApi(running: boolean, answering: number): void {
+    this.apiRunning = running;
+    this.setApiAnswering(answering);
+  }
+
+  setApiAnswering(answering: number): void {
+    this.api.hidden = !this.apiRunning;
+    this.api.dataset.answering = String(answering);
+    this.api.textContent = answering > 0 ? `API: answering (${answering})` : "API: on";
+    this.api.title =
+      answering > 0
+        ? "Other programs are using the model; your own chats go first."
+        : "The local API is on (Settings).";
   }
 
   setMemory(usage: MemoryUsage | null): void {

@@ -20,9 +20,9 @@ use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
-use crate::config::ServedModel;
+use crate::config::{ModelSlot, ServedModel};
 use crate::error::ApiError;
-use crate::log::{Finished, Log, Outcome};
+use crate::log::{Finished, Log, Note, Outcome, Requests};
 use crate::messages;
 use crate::queue::Admission;
 use crate::stop::StopMatcher;
@@ -38,11 +38,13 @@ const MAX_STOPS: usize = 16;
 /// What the handlers share.
 pub struct Served {
     pub engine: Arc<Engine>,
-    pub model: ServedModel,
+    /// The model the engine has loaded now; none while it has none (503 `model_not_loaded`).
+    pub model: ModelSlot,
     pub admission: Arc<Admission>,
     pub max_body_bytes: usize,
     pub running: Running,
     pub log: Log,
+    pub requests: Arc<Requests>,
     /// When the server started (the models' `created`).
     pub created: u64,
 }
@@ -230,7 +232,11 @@ pub async fn chat_completions(State(served): State<Arc<Served>>, request: Reques
 }
 
 async fn answer(served: Arc<Served>, request: Request) -> Result<Response, ApiError> {
+    let note = request.extensions().get::<Note>().cloned();
     let body = read_json_body(request, served.max_body_bytes).await?;
+    if let Some(note) = &note {
+        note.body(&body);
+    }
     let request: ChatCompletionRequest =
         serde_json::from_slice(&body).map_err(|e| ApiError::BadJson(e.to_string()))?;
     drop(body);
@@ -248,16 +254,17 @@ pub(crate) async fn start(
     served: &Arc<Served>,
     request: ChatCompletionRequest,
 ) -> Result<(Plan, Answer), ApiError> {
-    if !served.model.is_named(&request.model) {
+    let model = served.model.current()?;
+    if !model.is_named(&request.model) {
         return Err(ApiError::ModelNotFound {
             given: request.model,
-            valid: served.model.id.clone(),
+            valid: model.id.clone(),
         });
     }
-    let plan = Plan::new(&request, &served.model)?;
-    let (engine_messages, encoded) = messages::convert(&request.messages, served.model.vision)?;
+    let plan = Plan::new(&request, &model)?;
+    let (engine_messages, encoded) = messages::convert(&request.messages, model.vision)?;
     drop(request);
-    let budget = served.model.image_budget;
+    let budget = model.image_budget;
     let images = if encoded.is_empty() {
         Vec::new()
     } else {
@@ -302,6 +309,9 @@ pub(crate) async fn start(
             canceller.cancel(id);
         }
         if let Some((outcome, prompt_tokens, cached_tokens, generated_tokens)) = ended {
+            if let Some(note) = &note {
+                note.tokens(prompt_tokens, generated_tokens);
+            }
             log.record(Finished {
                 generation_id: id,
                 outcome,
@@ -325,7 +335,7 @@ pub(crate) async fn start(
     let completion = Completion {
         id: completion_id(),
         created: unix_now(),
-        model: served.model.id.clone(),
+        model: model.id.clone(),
     };
     let answer = Answer::new(
         inbox,

@@ -2,10 +2,13 @@
 //! limits, and the one model it serves.
 
 use std::fmt;
+use std::sync::RwLock;
 
 use base64::Engine as _;
 use engine::image::SoftTokenBudget;
 use engine::sampler::SamplerConfig;
+
+use crate::error::ApiError;
 
 /// The port used unless one is given. None of the anchors uses it (LM Studio 1234, Ollama
 /// 11434, Jan 1337, mlx-lm 8080), so Gemma Desk can run next to any of them.
@@ -35,7 +38,8 @@ pub struct ApiConfig {
     pub max_body_bytes: usize,
     /// Requests waiting behind the running one before new ones are refused.
     pub queue_depth: usize,
-    pub model: ServedModel,
+    /// The model served; `None` until one is loaded (see [`crate::Server::set_model`]).
+    pub model: Option<ServedModel>,
 }
 
 impl ApiConfig {
@@ -47,7 +51,7 @@ impl ApiConfig {
             allowed_origins: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             queue_depth: DEFAULT_QUEUE_DEPTH,
-            model,
+            model: Some(model),
         }
     }
 }
@@ -95,6 +99,84 @@ impl ServedModel {
             id.to_owned()
         }
     }
+}
+
+/// The model served now, swapped when the engine loads another or none.
+#[derive(Debug, Default)]
+pub struct ModelSlot(RwLock<Option<ServedModel>>);
+
+impl ModelSlot {
+    pub fn new(model: Option<ServedModel>) -> Self {
+        Self(RwLock::new(model))
+    }
+
+    pub fn set(&self, model: Option<ServedModel>) {
+        if let Ok(mut slot) = self.0.write() {
+            *slot = model;
+        }
+    }
+
+    /// The model, or 503 `model_not_loaded`.
+    pub fn current(&self) -> Result<ServedModel, ApiError> {
+        self.0
+            .read()
+            .ok()
+            .and_then(|m| m.clone())
+            .ok_or(ApiError::NoModel)
+    }
+}
+
+/// A browser origin a person allows (`scheme://host[:port]`, exactly as browsers send it:
+/// no path, no wildcard), lowercased, without a trailing `/`; or why it is not one.
+pub fn check_origin(origin: &str) -> Result<String, String> {
+    let given = origin.trim();
+    let lower = given.to_ascii_lowercase();
+    let refuse = |why: &str| Err(format!("`{given}` is not an origin: {why}"));
+    let Some((scheme, rest)) = lower.split_once("://") else {
+        return refuse("it needs a scheme, as in http://localhost:3000");
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let origin = format!("{scheme}://{rest}");
+    let scheme_ok = scheme
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "+.-".contains(c));
+    if !scheme_ok {
+        return refuse("the scheme is not valid");
+    }
+    if origin.contains('*') {
+        return refuse("wildcards are not allowed; list each origin");
+    }
+    if rest.is_empty() {
+        return refuse("it has no host");
+    }
+    if rest.contains(['/', '?', '#', '@'])
+        || rest.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return refuse("only scheme://host[:port], without a path");
+    }
+    // `[::1]:8080`: the port is what follows the bracket; `host:8080`: the last colon.
+    let (host, port) = match rest.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((host, "")) => (host, None),
+            Some((host, after)) => (host, Some(after.strip_prefix(':').unwrap_or("x"))),
+            None => return refuse("the IPv6 address has no closing bracket"),
+        },
+        None => match rest.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (rest, None),
+        },
+    };
+    if host.is_empty() {
+        return refuse("it has no host");
+    }
+    if port.is_some_and(|p| p.parse::<u16>().is_err()) {
+        return refuse("the port is not a number from 0 to 65535");
+    }
+    Ok(origin)
 }
 
 /// The secret a client must send. Its `Debug` never shows it.
@@ -184,6 +266,33 @@ mod tests {
             Err(KeyError::BadCharacter)
         );
         assert!(ApiKey::new("  a-long-enough-key-1234\n").is_ok());
+    }
+
+    #[test]
+    fn origins_are_exact_and_refused_in_words() {
+        assert_eq!(
+            check_origin(" http://LocalHost:3000/ ").unwrap(),
+            "http://localhost:3000"
+        );
+        assert_eq!(
+            check_origin("chrome-extension://abcdefghijklmnop").unwrap(),
+            "chrome-extension://abcdefghijklmnop"
+        );
+        assert_eq!(
+            check_origin("http://[::1]:8080").unwrap(),
+            "http://[::1]:8080"
+        );
+        for (bad, why) in [
+            ("localhost:3000", "scheme"),
+            ("https://*.example.com", "wildcard"),
+            ("https://example.com/app", "path"),
+            ("https://", "no host"),
+            ("http://localhost:99999", "port"),
+            ("1http://x", "scheme"),
+        ] {
+            let error = check_origin(bad).unwrap_err();
+            assert!(error.contains(why), "{bad}: {error}");
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ mod stop;
 mod tools;
 mod wire;
 
-pub use config::{ApiConfig, ApiKey, KeyError, ServedModel, DEFAULT_PORT};
+pub use config::{check_origin, ApiConfig, ApiKey, KeyError, ServedModel, DEFAULT_PORT};
 pub use error::{ApiError, ServeError};
-pub use log::{Finished, Outcome};
+pub use log::{Finished, Outcome, Request, Watcher};
 pub use server::Server;

@@ -241,7 +241,11 @@ async fn answer(served: Arc<Served>, request: Request) -> Result<Response, ApiEr
     drop(body);
     let echo = Echo::of(&request);
     let (plan, answer) = start(&served, request.into_chat()?).await?;
-    let output = Output::new(echo, answer.completion.created, served.model.id.clone());
+    let output = Output::new(
+        echo,
+        answer.completion.created,
+        answer.completion.model.clone(),
+    );
     if plan.stream {
         Ok(stream(answer, output))
     } else {

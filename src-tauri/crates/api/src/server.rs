@@ -5,9 +5,13 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
-use axum::http::{Method, StatusCode, Uri};
-use axum::middleware::from_fn_with_state;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::{Path, Request, State};
+use axum::http::{header, Method, StatusCode, Uri};
+use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -18,13 +22,16 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::completions::{chat_completions, json_response, unix_now, Running, Served};
-use crate::config::ApiConfig;
+use crate::config::{ApiConfig, ModelSlot, ServedModel};
 use crate::error::{ApiError, ServeError};
 use crate::guard::{cors, require_host, require_key, Guard};
-use crate::log::{Finished, Log};
+use crate::log::{self, Finished, Log, Note, Requests, Watcher};
 use crate::queue::Admission;
 use crate::responses::responses;
 use crate::wire::model_object;
+
+/// Longest path kept in the request log, in characters.
+const PATH_CHARS: usize = 200;
 
 /// How long a shutdown waits for open connections after stopping their answers.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -38,11 +45,12 @@ pub(crate) fn router(engine: Arc<Engine>, config: &ApiConfig, port: u16) -> (Rou
     ));
     let served = Arc::new(Served {
         engine,
-        model: config.model.clone(),
+        model: ModelSlot::new(config.model.clone()),
         admission: Admission::new(config.queue_depth),
         max_body_bytes: config.max_body_bytes,
         running: Running::default(),
         log: Log::default(),
+        requests: Arc::default(),
         created: unix_now(),
     });
     let keyed = Router::new()
@@ -63,7 +71,8 @@ pub(crate) fn router(engine: Arc<Engine>, config: &ApiConfig, port: u16) -> (Rou
         .method_not_allowed_fallback(no_route)
         .with_state(served.clone())
         .layer(from_fn_with_state(guard.clone(), cors))
-        .layer(from_fn_with_state(guard, require_host));
+        .layer(from_fn_with_state(guard, require_host))
+        .layer(from_fn_with_state(served.requests.clone(), record));
     (router, served)
 }
 
@@ -125,6 +134,32 @@ impl Server {
         self.served.log.entries()
     }
 
+    /// The request log: the last requests that ended, oldest first.
+    pub fn requests(&self) -> Vec<log::Request> {
+        self.served.requests.entries()
+    }
+
+    /// Answers being asked for now (POST requests being handled, queued or running).
+    pub fn open_requests(&self) -> usize {
+        self.served.requests.open()
+    }
+
+    /// Keeps request bodies in the log from now on (`true`), or stops keeping them.
+    pub fn set_verbose(&self, on: bool) {
+        self.served.requests.set_verbose(on);
+    }
+
+    /// Who is told as requests come and end (`None`: nobody).
+    pub fn watch(&self, watcher: Option<Arc<dyn Watcher>>) {
+        self.served.requests.set_watcher(watcher);
+    }
+
+    /// The model to serve from the next request on; `None` while the engine has none
+    /// (requests get 503 `model_not_loaded`, `/v1/models` lists nothing).
+    pub fn set_model(&self, model: Option<ServedModel>) {
+        self.served.model.set(model);
+    }
+
     /// Stops the answers being written, stops listening, and waits (a few seconds at most)
     /// for the open connections to close.
     pub async fn shutdown(mut self) -> Result<(), ServeError> {
@@ -149,27 +184,88 @@ async fn health() -> Response {
 }
 
 async fn list_models(State(served): State<Arc<Served>>) -> Response {
-    json_response(
-        StatusCode::OK,
-        &json!({
-            "object": "list",
-            "data": [model_object(&served.model.id, served.created)],
+    let data: Vec<_> = served
+        .model
+        .current()
+        .map(|model| model_object(&model.id, served.created))
+        .into_iter()
+        .collect();
+    json_response(StatusCode::OK, &json!({ "object": "list", "data": data }))
+}
+
+async fn get_model(State(served): State<Arc<Served>>, Path(id): Path<String>) -> Response {
+    let model = match served.model.current() {
+        Ok(model) => model,
+        Err(error) => return error.into_response(),
+    };
+    if model.is_named(&id) {
+        json_response(StatusCode::OK, &model_object(&model.id, served.created))
+    } else {
+        ApiError::ModelNotFound {
+            given: id,
+            valid: model.id.clone(),
+        }
+        .into_response()
+    }
+}
+
+/// Puts every request in the request log: a [`Note`] the handler fills in (tokens, the body
+/// when verbose), recorded when the response's last byte is written or its client leaves.
+async fn record(
+    State(requests): State<Arc<Requests>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let client = request
+        .headers()
+        .get(header::USER_AGENT)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let path: String = request.uri().path().chars().take(PATH_CHARS).collect();
+    let note = requests.begin(request.method().as_str(), &path, &client);
+    request.extensions_mut().insert(note.clone());
+    let response = next.run(request).await;
+    note.status(response.status().as_u16());
+    let (parts, body) = response.into_parts();
+    Response::from_parts(
+        parts,
+        Body::new(Ending {
+            inner: body,
+            note: Some(note),
         }),
     )
 }
 
-async fn get_model(State(served): State<Arc<Served>>, Path(id): Path<String>) -> Response {
-    if served.model.is_named(&id) {
-        json_response(
-            StatusCode::OK,
-            &model_object(&served.model.id, served.created),
-        )
-    } else {
-        ApiError::ModelNotFound {
-            given: id,
-            valid: served.model.id.clone(),
+/// A response body that ends its request's log entry when it has been written (or dropped,
+/// when the client left).
+struct Ending {
+    inner: Body,
+    note: Option<Note>,
+}
+
+impl HttpBody for Ending {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            if let Some(note) = self.note.take() {
+                note.end();
+            }
         }
-        .into_response()
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -458,7 +458,7 @@ fn requests_the_server_cannot_honour_are_400_in_words() {
 
 #[test]
 fn a_prompt_that_does_not_fit_is_refused_not_cut() {
-    let server = TestServer::start(|c| c.model.context_window = 64);
+    let server = TestServer::start(|c| c.model.as_mut().unwrap().context_window = 64);
     let long = "Tell me about this. ".repeat(40);
     for stream in [false, true] {
         let mut request = chat(&long, 4);

@@ -2,7 +2,7 @@
 //! requests in, token / usage / error events out. Cancellation is a flag checked between tokens.
 
 use std::cell::{OnceCell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -415,6 +415,8 @@ enum Command {
         request: ChatRequest,
         cancel: Arc<AtomicBool>,
         events: Box<dyn FnMut(Event) + Send>,
+        /// Runs before the ordinary generations waiting (the window's chat before the API's).
+        first: bool,
     },
     SetDrafter {
         dir: Option<PathBuf>,
@@ -559,6 +561,27 @@ impl Engine {
         request: ChatRequest,
         events: impl FnMut(Event) + Send + 'static,
     ) -> Result<u64, EngineError> {
+        self.queue_generation(request, Box::new(events), false)
+    }
+
+    /// Queues a generation ahead of the ordinary ones waiting: it runs as soon as the one
+    /// running now ends (which is not stopped for it). The window's chat uses it, so that
+    /// requests queued by the local API never make the person at the window wait behind them.
+    /// Loads, unloads and other commands keep their place.
+    pub fn generate_first(
+        &self,
+        request: ChatRequest,
+        events: impl FnMut(Event) + Send + 'static,
+    ) -> Result<u64, EngineError> {
+        self.queue_generation(request, Box::new(events), true)
+    }
+
+    fn queue_generation(
+        &self,
+        request: ChatRequest,
+        events: Box<dyn FnMut(Event) + Send>,
+        first: bool,
+    ) -> Result<u64, EngineError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let cancel = Arc::new(AtomicBool::new(false));
         if let Ok(mut running) = self.running.lock() {
@@ -570,7 +593,8 @@ impl Engine {
                 id,
                 request,
                 cancel,
-                events: Box::new(events),
+                events,
+                first,
             })
             .map_err(|_| EngineError::Stopped)?;
         Ok(id)
@@ -642,7 +666,20 @@ fn run(
     let mut loaded: Option<LoadedModel> = None;
     // One conversation's cache is kept: enough for follow-ups, bounded memory.
     let mut session: Option<(String, Session)> = None;
-    while let Ok(command) = inbox.recv() {
+    // Commands received and not yet run, so that one sent first can be run before others.
+    let mut waiting: VecDeque<Command> = VecDeque::new();
+    loop {
+        waiting.extend(inbox.try_iter());
+        if waiting.is_empty() {
+            match inbox.recv() {
+                Ok(command) => waiting.push_back(command),
+                Err(_) => break,
+            }
+        }
+        let kinds: Vec<Kind> = waiting.iter().map(Command::kind).collect();
+        let Some(command) = waiting.remove(next_to_run(&kinds)) else {
+            continue;
+        };
         queue.taken();
         match command {
             Command::Shutdown => break,
@@ -714,6 +751,7 @@ fn run(
                 request,
                 cancel,
                 mut events,
+                ..
             } => {
                 let result = answer(
                     loaded.as_ref(),
@@ -740,6 +778,35 @@ fn run(
             }
         }
     }
+}
+
+/// What decides a command's turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Generate,
+    GenerateFirst,
+    /// Load, unload, drafter, shutdown: nothing passes them.
+    Other,
+}
+
+impl Command {
+    fn kind(&self) -> Kind {
+        match self {
+            Self::Generate { first: true, .. } => Kind::GenerateFirst,
+            Self::Generate { .. } => Kind::Generate,
+            _ => Kind::Other,
+        }
+    }
+}
+
+/// Which waiting command runs next: the oldest generation sent first, when only ordinary
+/// generations are ahead of it; otherwise the oldest command.
+fn next_to_run(waiting: &[Kind]) -> usize {
+    waiting
+        .iter()
+        .take_while(|kind| **kind != Kind::Other)
+        .position(|kind| *kind == Kind::GenerateFirst)
+        .unwrap_or(0)
 }
 
 fn answer(
@@ -829,6 +896,24 @@ fn alone_tokens(m: &LoadedModel, request: &ChatRequest) -> Result<usize, EngineE
 #[cfg(test)]
 mod queue_tests {
     use super::*;
+
+    #[test]
+    fn a_generation_sent_first_passes_ordinary_ones_but_never_a_load() {
+        use Kind::*;
+        assert_eq!(next_to_run(&[Generate]), 0);
+        assert_eq!(next_to_run(&[Generate, Generate, GenerateFirst]), 2);
+        assert_eq!(
+            next_to_run(&[GenerateFirst, Generate, GenerateFirst]),
+            0,
+            "the window's own requests keep their order"
+        );
+        assert_eq!(
+            next_to_run(&[Generate, Other, GenerateFirst]),
+            0,
+            "a load or unload waiting is not passed"
+        );
+        assert_eq!(next_to_run(&[Other, GenerateFirst]), 0);
+    }
 
     #[test]
     fn a_warm_up_stops_for_a_command_sent_before_or_during_it_and_only_then() {

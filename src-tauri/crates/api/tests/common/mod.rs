@@ -41,6 +41,18 @@ pub fn engine() -> Arc<Engine> {
         .clone()
 }
 
+/// The tiny fixture as the test servers serve it.
+pub fn served_model() -> ServedModel {
+    ServedModel {
+        id: MODEL.into(),
+        aliases: vec!["tiny-alias".into()],
+        vision: true,
+        context_window: 4096,
+        sampler: SamplerConfig::greedy(),
+        image_budget: SoftTokenBudget::T70,
+    }
+}
+
 /// A server over the shared engine; `configure` changes the defaults (port 0, the test key).
 pub struct TestServer {
     runtime: tokio::runtime::Runtime,
@@ -50,15 +62,7 @@ pub struct TestServer {
 
 impl TestServer {
     pub fn start(configure: impl FnOnce(&mut ApiConfig)) -> Self {
-        let model = ServedModel {
-            id: MODEL.into(),
-            aliases: vec!["tiny-alias".into()],
-            vision: true,
-            context_window: 4096,
-            sampler: SamplerConfig::greedy(),
-            image_budget: SoftTokenBudget::T70,
-        };
-        let mut config = ApiConfig::new(ApiKey::new(KEY).unwrap(), model);
+        let mut config = ApiConfig::new(ApiKey::new(KEY).unwrap(), served_model());
         config.port = 0;
         configure(&mut config);
         let runtime = tokio::runtime::Builder::new_multi_thread()
