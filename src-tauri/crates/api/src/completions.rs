@@ -240,7 +240,7 @@ async fn answer(served: Arc<Served>, request: Request) -> Result<Response, ApiEr
     let request: ChatCompletionRequest =
         serde_json::from_slice(&body).map_err(|e| ApiError::BadJson(e.to_string()))?;
     drop(body);
-    let (plan, answer) = start(&served, request).await?;
+    let (plan, answer) = start(&served, request, note).await?;
     if plan.stream {
         Ok(sse(answer))
     } else {
@@ -249,10 +249,12 @@ async fn answer(served: Arc<Served>, request: Request) -> Result<Response, ApiEr
 }
 
 /// Checks a request, queues it on the engine and waits for its first event: what both
-/// `/v1/chat/completions` and `/v1/responses` answer from.
+/// `/v1/chat/completions` and `/v1/responses` answer from. `note` is the request's entry in the
+/// request log, told the tokens when the answer ends.
 pub(crate) async fn start(
     served: &Arc<Served>,
     request: ChatCompletionRequest,
+    note: Option<Note>,
 ) -> Result<(Plan, Answer), ApiError> {
     let model = served.model.current()?;
     if !model.is_named(&request.model) {

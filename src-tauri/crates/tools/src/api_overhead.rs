@@ -174,6 +174,7 @@ fn prompt_text(words: usize) -> String {
 /// The window's path: a request straight to the engine.
 fn direct(engine: &Engine, text: &str, options: &GenerateOptions) -> Result<Timing> {
     let request = ChatRequest {
+        tools: Vec::new(),
         conversation: "bench".into(),
         messages: vec![Message::text(Role::User, text)],
         images: Vec::new(),
