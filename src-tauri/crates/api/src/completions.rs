@@ -12,10 +12,11 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use engine::generate::{GenerateOptions, Usage};
+use engine::constraint::{ConstraintError, Grammar};
+use engine::generate::{GenerateError, GenerateOptions, Usage};
 use engine::output::{Piece, Splitter};
 use engine::template::ToolCall;
-use engine::worker::{Canceller, ChatRequest, Engine, Event};
+use engine::worker::{Canceller, ChatRequest, Engine, EngineError, Event};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
@@ -137,14 +138,21 @@ impl Plan {
             ));
         }
         let tools = Tools::new(request.tools.as_deref(), request.tool_choice.as_ref())?;
-        if tools.choice.needs_constraint() {
-            // Plugs in with the engine's grammar constraint: sampling held to a call.
-            return Err(ApiError::invalid(
-                "tool_choice",
-                "`tool_choice` \"required\" or a named function is not supported yet (it needs constrained decoding); use \"auto\"",
-            ));
-        }
-        let constraint = crate::format::grammar(request.response_format.as_ref())?;
+        let constraint = match crate::call_grammar::call_grammar(
+            &tools,
+            request.thinking(),
+            request.parallel_tool_calls.unwrap_or(true),
+        ) {
+            // `tool_choice` "required" or a named function: sampling held to a call.
+            Some(_) if request.response_format.as_ref().is_some_and(|f| f["type"] != "text") => {
+                return Err(ApiError::invalid(
+                    "tool_choice",
+                    "`tool_choice` \"required\" or a named function cannot be combined with a `response_format`: the answer is a tool call",
+                ))
+            }
+            Some(grammar) => Some(Grammar::Lark(grammar)),
+            None => crate::format::grammar(request.response_format.as_ref())?,
+        };
         let context = model.context_window;
         let (field, max_tokens) = match (request.max_completion_tokens, request.max_tokens) {
             (Some(n), _) => ("max_completion_tokens", Some(n)),
@@ -332,6 +340,16 @@ pub(crate) async fn start(
     let first = inbox.recv().await.ok_or_else(engine_went_away)?;
     if let Event::Error { error, .. } = first {
         guard.ended();
+        if let (
+            true,
+            EngineError::Generate(GenerateError::Constraint(ConstraintError::Invalid(why))),
+        ) = (plan.tools.choice.needs_constraint(), &error)
+        {
+            return Err(ApiError::invalid(
+                "tools",
+                format!("a call to these tools cannot be enforced: {why}"),
+            ));
+        }
         return Err(error.into());
     }
     let completion = Completion {

@@ -5,6 +5,7 @@
 //! opens a path a request names. Knows nothing of windows; the app and `gemma-desk-cli serve`
 //! start it over their engine. What is served: `docs/API.md`.
 
+mod call_grammar;
 mod completions;
 pub mod config;
 pub mod error;

@@ -34,6 +34,7 @@ pub struct ResponsesRequest {
     pub top_p: Option<f32>,
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
     pub stream: Option<bool>,
     pub previous_response_id: Option<String>,
     pub reasoning: Option<Value>,
@@ -94,10 +95,27 @@ impl ResponsesRequest {
                 .tools
                 .map(|tools| tools.iter().map(from_responses_tool).collect()),
             tool_choice: self.tool_choice,
-            response_format: self.text.and_then(|t| t.get("format").cloned()),
+            parallel_tool_calls: self.parallel_tool_calls,
+            response_format: self.text.and_then(|t| t.get("format").map(chat_format)),
             reasoning_effort: effort,
             ..ChatCompletionRequest::default()
         })
+    }
+}
+
+/// `text.format` in chat-completions terms: the Responses API writes a JSON schema's `name`,
+/// `schema` and `strict` beside `type`, chat completions inside `json_schema`.
+fn chat_format(format: &Value) -> Value {
+    match format {
+        Value::Object(flat)
+            if flat.get("type").and_then(Value::as_str) == Some("json_schema")
+                && !flat.contains_key("json_schema") =>
+        {
+            let mut spec = flat.clone();
+            spec.remove("type");
+            json!({ "type": "json_schema", "json_schema": spec })
+        }
+        other => other.clone(),
     }
 }
 

@@ -23,6 +23,8 @@ pub struct ChatCompletionRequest {
     pub n: Option<u64>,
     pub tools: Option<Vec<Value>>,
     pub tool_choice: Option<Value>,
+    /// `false`: a forced call (`tool_choice` "required") is exactly one call.
+    pub parallel_tool_calls: Option<bool>,
     pub response_format: Option<Value>,
     /// Anything but `"none"` turns thinking on.
     pub reasoning_effort: Option<String>,

@@ -891,3 +891,127 @@ fn a_schema_that_cannot_be_enforced_is_a_400_before_anything_is_generated() {
     // The server still answers.
     assert_eq!(post(&server, &chat("hi", 2)).status, 200);
 }
+
+/// Two tools with bounded arguments, so a random model held to a call always finishes one.
+fn bounded_tools() -> Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 10},
+                           "unit": {"type": "string", "enum": ["c", "f"]}},
+            "required": ["city"]}}},
+        {"type": "function", "function": {"name": "set_alarm", "parameters": {"type": "object",
+            "properties": {"hour": {"type": "integer", "minimum": 0, "maximum": 23},
+                           "loud": {"type": "boolean"}},
+            "required": ["hour", "loud"], "additionalProperties": false}}},
+    ])
+}
+
+/// A call's arguments, checked against `bounded_tools`' schema.
+fn assert_valid_call(name: &str, arguments: &str) {
+    let args: Value = serde_json::from_str(arguments)
+        .unwrap_or_else(|e| panic!("{name} arguments {arguments:?}: {e}"));
+    let args = args.as_object().expect("arguments are an object");
+    match name {
+        "get_weather" => {
+            let city = args["city"].as_str().expect("city is a string");
+            assert!((1..=10).contains(&city.chars().count()), "{arguments}");
+            if let Some(unit) = args.get("unit") {
+                assert!(unit == "c" || unit == "f", "{arguments}");
+            }
+            assert!(
+                args.keys().all(|k| k == "city" || k == "unit"),
+                "{arguments}"
+            );
+        }
+        "set_alarm" => {
+            assert!(args["hour"].as_u64().is_some(), "{arguments}");
+            assert!(args["loud"].is_boolean(), "{arguments}");
+            assert_eq!(args.len(), 2, "{arguments}");
+        }
+        other => panic!("a call to a tool not offered: {other}"),
+    }
+}
+
+#[test]
+fn a_forced_tool_call_is_a_valid_call_streamed_or_not() {
+    let server = TestServer::start(|_| {});
+    let named = json!({"type": "function", "function": {"name": "set_alarm"}});
+    for (choice, seed) in [
+        (json!("required"), None),
+        (json!("required"), Some(5)),
+        (named.clone(), None),
+        (named, Some(9)),
+    ] {
+        let mut request = chat(ENDLESS, 200);
+        request["tools"] = bounded_tools();
+        request["tool_choice"] = choice.clone();
+        request["parallel_tool_calls"] = json!(false);
+        if let Some(seed) = seed {
+            request["temperature"] = json!(1.0);
+            request["seed"] = json!(seed);
+        }
+        let whole = post(&server, &request);
+        assert_eq!(whole.status, 200, "{:?}", whole.json());
+        let whole = whole.json();
+        let choice_out = &whole["choices"][0];
+        assert_eq!(choice_out["finish_reason"], "tool_calls", "{whole}");
+        assert!(choice_out["message"]["content"].is_null(), "{whole}");
+        let calls = choice_out["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "one call without parallel calls: {whole}");
+        let function = &calls[0]["function"];
+        let name = function["name"].as_str().unwrap();
+        if choice.is_object() {
+            assert_eq!(name, "set_alarm", "the named function is the one called");
+        }
+        let arguments = function["arguments"].as_str().unwrap();
+        assert_valid_call(name, arguments);
+        assert!(calls[0]["id"].as_str().unwrap().starts_with("call_"));
+
+        // Streamed: the same call (same seed), `index` on every delta, `id` on the first.
+        request["stream"] = json!(true);
+        let mut response = Request::post("/v1/chat/completions", &request).open(server.port);
+        assert_eq!(response.status, 200);
+        let chunks = chunks(&response.events());
+        let deltas: Vec<&Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
+            .flatten()
+            .collect();
+        assert!(!deltas.is_empty(), "{chunks:?}");
+        assert!(deltas.iter().all(|d| d["index"] == 0), "{deltas:?}");
+        assert!(deltas[0]["id"].is_string() && deltas[0]["function"]["name"] == name);
+        let streamed: String = deltas
+            .iter()
+            .filter_map(|d| d["function"]["arguments"].as_str())
+            .collect();
+        assert_eq!(streamed, arguments, "the same call streamed");
+        let finish = chunks
+            .iter()
+            .rev()
+            .find_map(|c| c["choices"][0]["finish_reason"].as_str());
+        assert_eq!(finish, Some("tool_calls"));
+    }
+
+    // "required" with parallel calls allowed: one call or more, each valid, or an answer cut
+    // by max_tokens inside a later call.
+    let mut request = chat(ENDLESS, 120);
+    request["tools"] = bounded_tools();
+    request["tool_choice"] = json!("required");
+    let reply = post(&server, &request).json();
+    let message = &reply["choices"][0]["message"];
+    for call in message["tool_calls"].as_array().into_iter().flatten() {
+        assert_valid_call(
+            call["function"]["name"].as_str().unwrap(),
+            call["function"]["arguments"].as_str().unwrap(),
+        );
+    }
+
+    // A forced call and a response_format together are refused in words.
+    let mut request = chat(ENDLESS, 5);
+    request["tools"] = bounded_tools();
+    request["tool_choice"] = json!("required");
+    request["response_format"] = json!({"type": "json_object"});
+    let reply = post(&server, &request);
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.json()["error"]["param"], "tool_choice");
+}
