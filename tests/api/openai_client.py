@@ -4,7 +4,8 @@
 the official `openai` Node SDK (tests/api/node/client.mjs, pinned in its package.json). Each step
 checks what the client got, not only that it did not raise: the model list, a plain answer and
 its usage (and the prompt cache on a repeat), a streamed answer about an image with the usage
-chunk, tools and a tool's result, thinking turned on, `responses.create` and `responses.stream`
+chunk, tools and a tool's result, forced calls (`tool_choice` named and required, the SDK's
+`parse()` and stream helper with a pydantic tool), thinking turned on, `responses.create` and `responses.stream`
 (text, events, usage), a wrong key, an unknown model and a prompt too long for the context;
 LangChain's invoke and stream agree; a second server on the same port is refused in words. Then
 SIGTERM (what Ctrl+C does) stops the server cleanly.
@@ -91,6 +92,13 @@ class Ticket(BaseModel):
     priority: int = Field(ge=1, le=5)
     open: bool
     team: Literal["web", "app", "api"]
+
+
+class Alarm(BaseModel):
+    """A tool's arguments, as `openai.pydantic_function_tool` declares them (strict)."""
+
+    hour: int = Field(ge=0, le=23)
+    loud: bool
 
 
 def run(client: OpenAI, base_url: str) -> None:
@@ -194,7 +202,7 @@ WEATHER = {
         "description": "The weather in a city today",
         "parameters": {
             "type": "object",
-            "properties": {"city": {"type": "string", "description": "The city"}},
+            "properties": {"city": {"type": "string", "description": "The city", "maxLength": 12}},
             "required": ["city"],
         },
     },
@@ -218,11 +226,35 @@ def tools_and_thinking(client: OpenAI) -> None:
     choice = answered.choices[0]
     check(choice.finish_reason in ("stop", "length", "tool_calls"), f"a tool's result is answered ({choice.finish_reason})")
     check(answered.usage.prompt_tokens > offered.usage.prompt_tokens, "the call and its result are in the prompt")
-    try:
-        client.chat.completions.create(model=MODEL, messages=ask, tools=[WEATHER], tool_choice="required", max_tokens=1)
-        check(False, "tool_choice required is refused for now")
-    except openai.BadRequestError as e:
-        check(e.param == "tool_choice", "tool_choice required raises BadRequestError naming tool_choice (not served yet)")
+    forced = client.chat.completions.create(
+        model=MODEL, messages=ask, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        parallel_tool_calls=False, max_tokens=200, temperature=0,
+    )
+    calls = forced.choices[0].message.tool_calls or []
+    check(forced.choices[0].finish_reason == "tool_calls" and len(calls) == 1 and calls[0].function.name == "get_weather",
+          "a named tool_choice makes the model call it (finish_reason tool_calls)")
+    check(isinstance(json.loads(calls[0].function.arguments).get("city"), str), "the forced call's arguments are JSON with a city")
+
+    # The SDK's own strict tools from a pydantic model, whole and through its stream helper.
+    alarm_tool = openai.pydantic_function_tool(Alarm)
+    parsed = client.chat.completions.parse(
+        model=MODEL, messages=[{"role": "user", "content": "Wake me up."}], tools=[alarm_tool],
+        tool_choice="required", parallel_tool_calls=False, max_tokens=200, temperature=0,
+    )
+    call = (parsed.choices[0].message.tool_calls or [None])[0]
+    check(call is not None and isinstance(call.function.parsed_arguments, Alarm),
+          f"parse() with tool_choice required gives an Alarm: {call and call.function.parsed_arguments!r}")
+    with client.chat.completions.stream(
+        model=MODEL, messages=[{"role": "user", "content": "Wake me up."}], tools=[alarm_tool],
+        tool_choice="required", parallel_tool_calls=False, max_tokens=200, temperature=0,
+    ) as stream:
+        done = [e for e in stream if e.type == "tool_calls.function.arguments.done"]
+        final = stream.get_final_completion()
+    check(len(done) == 1 and done[0].name == "Alarm" and isinstance(done[0].parsed_arguments, Alarm),
+          "the stream helper reports the call's arguments done, parsed")
+    check(done[0].parsed_arguments == call.function.parsed_arguments
+          and final.choices[0].message.tool_calls[0].function.parsed_arguments == call.function.parsed_arguments,
+          "the streamed call is the whole answer's (greedy)")
 
     thinking = client.chat.completions.create(
         model=MODEL, messages=ask, max_tokens=1, temperature=0,
@@ -300,6 +332,14 @@ def langchain(base_url: str, key: str) -> None:
     check(whole.content == answer.content, "langchain: the streamed chunks add up to the invoked answer (greedy)")
     check(whole.usage_metadata is not None and whole.usage_metadata["output_tokens"] == meta["output_tokens"],
           "langchain: the stream's usage counts the same tokens")
+    tooled = chat.bind_tools([Alarm], tool_choice="Alarm", parallel_tool_calls=False).invoke(
+        [HumanMessage("Wake me up.")], max_tokens=200)
+    check(len(tooled.tool_calls) == 1 and tooled.tool_calls[0]["name"] == "Alarm"
+          and Alarm(**tooled.tool_calls[0]["args"]) is not None,
+          f"langchain: bind_tools with a forced tool gives a valid call {tooled.tool_calls}")
+    ticket = chat.with_structured_output(Ticket, method="json_schema").invoke(
+        [HumanMessage("File a ticket.")], max_tokens=200)
+    check(isinstance(ticket, Ticket), f"langchain: with_structured_output(json_schema) gives a Ticket: {ticket!r}")
     batch = chat.batch([[HumanMessage("One.")], [HumanMessage("Two.")]])
     check(len(batch) == 2 and all(isinstance(b.content, str) for b in batch),
           "langchain: two requests sent together are both answered (queued)")

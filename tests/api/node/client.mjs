@@ -6,6 +6,8 @@ import assert from "node:assert/strict";
 import { deflateSync } from "node:zlib";
 
 import OpenAI from "openai";
+import { zodFunction, zodResponseFormat, zodTextFormat } from "openai/helpers/zod";
+import { z } from "zod";
 
 const baseURL = process.env.GD_BASE_URL;
 const apiKey = process.env.GD_API_KEY;
@@ -123,6 +125,53 @@ runner.on("content", (delta) => {
 const final = await runner.finalChatCompletion();
 check(final.choices[0].message.content === deltas, "the stream helper's final message is its deltas");
 check(final.usage && final.usage.prompt_tokens > first.usage.prompt_tokens, `the image was read (${final.usage?.prompt_tokens} prompt tokens)`);
+
+// Structured output with the SDK's zod helpers: parse() gives the object back, checked by zod.
+const Ticket = z.object({
+  title: z.string().max(12),
+  priority: z.number().int().min(1).max(5),
+  open: z.boolean(),
+  team: z.enum(["web", "app", "api"]),
+});
+const parsedTicket = await client.chat.completions.parse({
+  model,
+  messages: [{ role: "user", content: "File a ticket." }],
+  response_format: zodResponseFormat(Ticket, "ticket"),
+  max_tokens: 200,
+  temperature: 0,
+});
+const ticket = parsedTicket.choices[0].message.parsed;
+check(ticket && Ticket.safeParse(ticket).success, `parse() with zodResponseFormat gives a ticket: ${JSON.stringify(ticket)}`);
+const viaResponses = await client.responses.parse({
+  model,
+  input: "File a ticket.",
+  text: { format: zodTextFormat(Ticket, "ticket") },
+  max_output_tokens: 200,
+  temperature: 0,
+});
+check(Ticket.safeParse(viaResponses.output_parsed).success, "responses.parse() with zodTextFormat gives a ticket");
+
+// A forced tool call through the stream helper: the arguments are parsed by zod as they end.
+const Alarm = z.object({ hour: z.number().int().min(0).max(23), loud: z.boolean() });
+const alarmStream = client.chat.completions.stream({
+  model,
+  messages: [{ role: "user", content: "Wake me up." }],
+  tools: [zodFunction({ name: "set_alarm", parameters: Alarm })],
+  tool_choice: "required",
+  parallel_tool_calls: false,
+  max_tokens: 200,
+  temperature: 0,
+});
+const argumentsDone = [];
+alarmStream.on("tool_calls.function.arguments.done", (event) => argumentsDone.push(event));
+const alarmFinal = await alarmStream.finalChatCompletion();
+const alarmCall = alarmFinal.choices[0].message.tool_calls?.[0];
+check(alarmFinal.choices[0].finish_reason === "tool_calls", "a forced call ends with finish_reason tool_calls");
+check(
+  argumentsDone.length === 1 && argumentsDone[0].name === "set_alarm" && Alarm.safeParse(argumentsDone[0].parsed_arguments).success,
+  `the stream helper reports the call's arguments done, parsed: ${JSON.stringify(argumentsDone[0]?.parsed_arguments)}`,
+);
+check(alarmCall && Alarm.safeParse(alarmCall.function.parsed_arguments).success, "the final completion's call parses as an Alarm");
 
 async function refused(call, Kind, what) {
   try {

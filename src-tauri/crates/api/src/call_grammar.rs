@@ -5,9 +5,10 @@
 //! with strings between `<|"|>` delimiters (control tokens, named in the grammar, never text),
 //! numbers, `true`/`false`/`null`, objects and arrays. The arguments follow the function's
 //! `parameters` schema: every required property, optional ones in their declared order, values of
-//! the declared type; `enum`/`const`, `anyOf`/`oneOf`, `maxLength`/`minLength`, `minItems` and a
-//! non-negative `minimum` of integers are kept; other keywords (`pattern`, `format`, numeric
-//! bounds beyond the sign, `$ref`) are not enforced, and a value without a usable schema may be
+//! the declared type; `enum`/`const`, `anyOf`/`oneOf`, `maxLength`/`minLength`, `minItems`, an
+//! integer's `minimum`..`maximum` when the range is under 256 values (written out) and a
+//! non-negative `minimum` otherwise are kept; other keywords (`pattern`, `format`, other numeric
+//! bounds, `$ref`) are not enforced, and a value without a usable schema may be
 //! any value. With thinking on, a thought may come first. `"required"` allows one or more calls
 //! of any offered function (exactly one with `parallel_tool_calls: false`); a named function
 //! exactly one call of it. When the calls are written
@@ -145,7 +146,14 @@ impl Lark {
         let count = |key: &str| schema.get(key).and_then(Value::as_u64);
         match kind {
             "string" => string(count("minLength"), count("maxLength")),
-            "integer" => number(true, non_negative(schema)),
+            "integer" => match integer_range(schema) {
+                Some((low, high)) => {
+                    let values: Vec<String> =
+                        (low..=high).map(|n| literal(&n.to_string())).collect();
+                    format!("({})", values.join(" | "))
+                }
+                None => number(true, non_negative(schema)),
+            },
             "number" => number(false, non_negative(schema)),
             "boolean" => "(\"true\" | \"false\")".into(),
             "null" => "\"null\"".into(),
@@ -217,6 +225,16 @@ impl Lark {
         let key = r#"(/[A-Za-z0-9_.\-]+/ | <|"|> /(?s:.+)/ <|"|>)"#;
         format!("\"{{\" ({key} \":\" {any} (\",\" {key} \":\" {any})*)? \"}}\"")
     }
+}
+
+/// Most integers a bounded range is written out as (each one an alternative).
+const MAX_RANGE: i64 = 256;
+
+/// An integer schema's `minimum..=maximum`, when both are given and the range is small.
+fn integer_range(schema: &Value) -> Option<(i64, i64)> {
+    let low = schema.get("minimum").and_then(Value::as_f64)?.ceil() as i64;
+    let high = schema.get("maximum").and_then(Value::as_f64)?.floor() as i64;
+    (low <= high && high - low < MAX_RANGE).then_some((low, high))
 }
 
 fn non_negative(schema: &Value) -> bool {

@@ -312,6 +312,11 @@ pub(crate) async fn start(
             Event::Error { error, .. } => Some((Outcome::Failed(error.to_string()), 0, 0, 0)),
             _ => None,
         };
+        // Told before the event goes out: the log entry is written when the response ends,
+        // which the last event can bring about at once.
+        if let (Some((_, prompt_tokens, _, generated_tokens)), Some(note)) = (&ended, &note) {
+            note.tokens(*prompt_tokens, *generated_tokens);
+        }
         if events.send(event).is_err() {
             // The client is gone (its stream or handler was dropped): stop at once.
             client_left = true;
@@ -319,9 +324,6 @@ pub(crate) async fn start(
             canceller.cancel(id);
         }
         if let Some((outcome, prompt_tokens, cached_tokens, generated_tokens)) = ended {
-            if let Some(note) = &note {
-                note.tokens(prompt_tokens, generated_tokens);
-            }
             log.record(Finished {
                 generation_id: id,
                 outcome,

@@ -924,7 +924,10 @@ fn assert_valid_call(name: &str, arguments: &str) {
             );
         }
         "set_alarm" => {
-            assert!(args["hour"].as_u64().is_some(), "{arguments}");
+            assert!(
+                args["hour"].as_u64().is_some_and(|h| h <= 23),
+                "{arguments}"
+            );
             assert!(args["loud"].is_boolean(), "{arguments}");
             assert_eq!(args.len(), 2, "{arguments}");
         }
