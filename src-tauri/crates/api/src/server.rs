@@ -14,6 +14,7 @@ use axum::http::{header, Method, StatusCode, Uri};
 use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::Router;
 use engine::worker::Engine;
 use serde_json::json;
@@ -98,6 +99,12 @@ impl Server {
         let address = listener.local_addr()?;
         let (router, served) = router(engine, &config, address.port());
         let (stop, stopped) = oneshot::channel::<()>();
+        // Every streamed chunk goes out at once: without TCP_NODELAY, Nagle's algorithm may
+        // hold a small write until the client acknowledges the one before, which a client's
+        // delayed ACK can put off by up to 40 ms — longer than a token takes on a GPU.
+        let listener = listener.tap_io(|socket| {
+            let _ = socket.set_nodelay(true);
+        });
         let task = tokio::spawn(async move {
             axum::serve(listener, router)
                 .with_graceful_shutdown(async move {

@@ -191,9 +191,12 @@ fn direct(engine: &Engine, text: &str, options: &GenerateOptions) -> Result<Timi
         let (at, event) = receive.recv().context("the engine stopped")?;
         match event {
             Event::Prefill { .. } => {}
-            Event::Delta { .. } => {
+            // As a client sees it: the first piece of text (a token may hold back an
+            // incomplete character, and a marker shows none).
+            Event::Delta { delta, .. } if !delta.is_empty() => {
                 first.get_or_insert(at);
             }
+            Event::Delta { .. } => {}
             Event::Done { usage, .. } => {
                 let first = first.unwrap_or(at);
                 return Ok(Timing {
