@@ -130,7 +130,7 @@ test-parity: fixtures build-all
 test-api: fixtures build-all api-node-deps
 	$(PYENV)/bin/python tests/api/openai_client.py --cli $(CLI) --model $(FIXTURES)/tiny --node tests/api/node
 
-test-e2e: fixtures build-all
+test-e2e: fixtures build-all api-node-deps
 	GEMMA_FIXTURES=$(ROOT)/$(FIXTURES) tests/e2e/run.sh $(APP)
 
 app:

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import struct
@@ -948,6 +949,17 @@ class Scenario:
             content = reply["choices"][0]["message"]["content"]
             check(code == 200 and isinstance(content, str), f"the API answered {code}: {reply!r}")
             check(reply["usage"]["completion_tokens"] > 0, f"the API's answer has no tokens: {reply['usage']!r}")
+            # The official openai Node SDK against the app's own server (tests/api/node, the
+            # same checks as against `gemma-desk-cli serve`): a client nobody here wrote.
+            node_dir = Path(__file__).resolve().parent.parent / "api" / "node"
+            check((node_dir / "node_modules" / "openai").is_dir(),
+                  f"the Node SDK is not installed in {node_dir} (make api-node-deps)")
+            sdk = subprocess.run(
+                ["node", str(node_dir / "client.mjs")], capture_output=True, text=True, timeout=600,
+                env={**os.environ, "GD_BASE_URL": address, "GD_API_KEY": key, "GD_MODEL": model_id},
+            )
+            check(sdk.returncode == 0 and "all checks passed" in sdk.stdout,
+                  f"the openai Node SDK against the app failed:\n{sdk.stdout[-3000:]}\n{sdk.stderr[-3000:]}")
             win.click(testid("settings"), "the Settings button")
             wait_for(
                 "the API request in the panel's log",
