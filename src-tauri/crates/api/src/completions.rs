@@ -240,14 +240,7 @@ pub async fn chat_completions(State(served): State<Arc<Served>>, request: Reques
 }
 
 async fn answer(served: Arc<Served>, request: Request) -> Result<Response, ApiError> {
-    let note = request.extensions().get::<Note>().cloned();
-    let body = read_json_body(request, served.max_body_bytes).await?;
-    if let Some(note) = &note {
-        note.body(&body);
-    }
-    let request: ChatCompletionRequest =
-        serde_json::from_slice(&body).map_err(|e| ApiError::BadJson(e.to_string()))?;
-    drop(body);
+    let (request, note) = read_request::<ChatCompletionRequest>(&served, request).await?;
     let (plan, answer) = start(&served, request, note).await?;
     if plan.stream {
         Ok(sse(answer))
@@ -619,6 +612,21 @@ pub fn json_response(status: StatusCode, body: &Value) -> Response {
 
 /// The body of a JSON request: `Content-Type: application/json` (a browser's "simple"
 /// cross-site POST cannot send it) and at most `limit` bytes.
+/// A POST's JSON body as `T`, and the request's entry in the log (given the body when the log
+/// is verbose).
+pub(crate) async fn read_request<T: serde::de::DeserializeOwned>(
+    served: &Served,
+    request: Request,
+) -> Result<(T, Option<Note>), ApiError> {
+    let note = request.extensions().get::<Note>().cloned();
+    let body = read_json_body(request, served.max_body_bytes).await?;
+    if let Some(note) = &note {
+        note.body(&body);
+    }
+    let parsed = serde_json::from_slice(&body).map_err(|e| ApiError::BadJson(e.to_string()))?;
+    Ok((parsed, note))
+}
+
 pub(crate) async fn read_json_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
     let headers = request.headers();
     let content_type = headers

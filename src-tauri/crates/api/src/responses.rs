@@ -16,9 +16,8 @@ use engine::generate::Usage;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::completions::{json_response, random_id, read_json_body, start, Answer, Served, Step};
+use crate::completions::{json_response, random_id, read_request, start, Answer, Served, Step};
 use crate::error::ApiError;
-use crate::log::Note;
 use crate::tools::from_responses_tool;
 use crate::wire::{ChatCompletionRequest, ChatMessage};
 
@@ -254,14 +253,7 @@ pub async fn responses(State(served): State<Arc<Served>>, request: Request) -> R
 }
 
 async fn answer(served: Arc<Served>, request: Request) -> Result<Response, ApiError> {
-    let note = request.extensions().get::<Note>().cloned();
-    let body = read_json_body(request, served.max_body_bytes).await?;
-    if let Some(note) = &note {
-        note.body(&body);
-    }
-    let request: ResponsesRequest =
-        serde_json::from_slice(&body).map_err(|e| ApiError::BadJson(e.to_string()))?;
-    drop(body);
+    let (request, note) = read_request::<ResponsesRequest>(&served, request).await?;
     let echo = Echo::of(&request);
     let (plan, answer) = start(&served, request.into_chat()?, note).await?;
     let output = Output::new(
