@@ -1,7 +1,7 @@
 //! The generator: text, stop ids, limits and usage over a [`TokenStream`]. It knows nothing of
 //! the model's insides; the stream feeds ids and samples, this turns ids into an answer.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -9,7 +9,7 @@ use crate::constraint::Grammar;
 use crate::detokenize::{Detokenizer, Shown};
 use crate::sampler::SamplerConfig;
 use crate::speculative::SpeculativeStats;
-use crate::stream::{StreamEnd, TokenStream};
+use crate::stream::{Prefill, StreamEnd, TokenStream};
 use crate::tokenizer::{SpecialTokens, Tokenizer};
 
 /// Errors of a generation.
@@ -27,6 +27,9 @@ pub enum GenerateError {
     PromptTooLong { prompt: usize, context: usize },
     #[error("the prompt is empty")]
     EmptyPrompt,
+    /// A decode step shared by several answers failed (each of them ends with this).
+    #[error("a decode step shared with other answers failed: {0}")]
+    Batch(String),
     #[error("reading a sampled token: {0}")]
     Token(String),
     #[error("the prompt has placeholders for {found} images (or rows) but {expected} were given")]
@@ -117,61 +120,122 @@ pub fn generate(
     specials: &SpecialTokens,
     mut on_delta: impl FnMut(Delta),
 ) -> Result<Usage> {
-    let prefill = stream.prefill_stats();
-    let decode_start = Instant::now();
-    let mut first_token_at = None;
-    let shown = Shown::new(tokenizer);
-    let mut detok = Detokenizer::new(tokenizer, false);
-    let mut generated = 0usize;
-    let stop_reason = loop {
-        let Some(token) = stream.next_token()? else {
-            break match stream.end() {
+    let mut answer = Answer::new(&stream, tokenizer, specials);
+    let stop = loop {
+        match answer.take(stream.next_token()?, stream.end())? {
+            Taken::Delta(delta) => on_delta(delta),
+            Taken::Stop(stop) => break stop,
+        }
+    };
+    let (rest, usage) = answer.finish(stop, &stream)?;
+    if let Some(rest) = rest {
+        on_delta(rest);
+    }
+    Ok(usage)
+}
+
+/// What [`Answer::take`] made of an id.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Taken {
+    /// A piece of the answer to stream.
+    Delta(Delta),
+    /// The answer ends here.
+    Stop(StopReason),
+}
+
+/// One answer being generated, fed the ids of its stream one at a time: text, stop ids and
+/// usage. [`generate`] drives it from one stream; the engine thread drives several, stepped
+/// together (see [`crate::stream::next_tokens`]).
+pub struct Answer<'t> {
+    tokenizer: &'t Tokenizer,
+    specials: &'t SpecialTokens,
+    shown: Shown,
+    detok: Detokenizer<'t>,
+    prefill: Prefill,
+    decode_start: Instant,
+    first_token_at: Option<Duration>,
+    generated: usize,
+}
+
+impl<'t> Answer<'t> {
+    /// An answer to `stream`, whose prefill has run.
+    pub fn new(
+        stream: &TokenStream<'_>,
+        tokenizer: &'t Tokenizer,
+        specials: &'t SpecialTokens,
+    ) -> Self {
+        Self {
+            tokenizer,
+            specials,
+            shown: Shown::new(tokenizer),
+            detok: Detokenizer::new(tokenizer, false),
+            prefill: stream.prefill_stats(),
+            decode_start: Instant::now(),
+            first_token_at: None,
+            generated: 0,
+        }
+    }
+
+    /// Takes what the stream gave for its next id (`None`: it ended, for `end`).
+    pub fn take(&mut self, next: Option<u32>, end: Option<StreamEnd>) -> Result<Taken> {
+        let Some(token) = next else {
+            return Ok(Taken::Stop(match end {
                 Some(StreamEnd::Cancelled) => StopReason::Cancelled,
                 Some(StreamEnd::ContextFull) => StopReason::ContextFull,
                 Some(StreamEnd::MaxTokens) | None => StopReason::MaxTokens,
-            };
+            }));
         };
-        generated += 1;
-        first_token_at.get_or_insert_with(|| prefill.time + decode_start.elapsed());
-        if specials.is_stop(token) {
-            break StopReason::EndOfTurn;
+        self.generated += 1;
+        let (prefill, start) = (self.prefill.time, self.decode_start);
+        self.first_token_at
+            .get_or_insert_with(|| prefill + start.elapsed());
+        if self.specials.is_stop(token) {
+            return Ok(Taken::Stop(StopReason::EndOfTurn));
         }
-        let text = if shown.shows(tokenizer, token) {
-            detok.push(token)?.unwrap_or_default()
+        let text = if self.shown.shows(self.tokenizer, token) {
+            self.detok.push(token)?.unwrap_or_default()
         } else {
             String::new()
         };
-        on_delta(Delta {
+        Ok(Taken::Delta(Delta {
             token: Some(token),
             text,
-        });
-    };
-    if let Some(rest) = detok.finish()? {
-        on_delta(Delta {
-            token: None,
-            text: rest,
-        });
+        }))
     }
-    let decode_secs = decode_start.elapsed().as_secs_f64();
-    // A stop during prefill sampled nothing: no time to a first token, no prefill rate.
-    let prefill_secs = prefill.time.as_secs_f64();
-    let prefilled = prefill.prompt_tokens - prefill.reused_tokens;
-    Ok(Usage {
-        prompt_tokens: prefill.prompt_tokens,
-        reused_tokens: prefill.reused_tokens,
-        generated_tokens: generated,
-        time_to_first_token_ms: first_token_at.unwrap_or(prefill.time).as_secs_f64() * 1000.0,
-        prefill_tokens_per_second: if prefill_secs > 0.0 {
-            prefilled as f64 / prefill_secs
-        } else {
-            0.0
-        },
-        decode_tokens_per_second: if decode_secs > 0.0 && generated > 0 {
-            generated as f64 / decode_secs
-        } else {
-            0.0
-        },
-        stop_reason,
-        speculative: stream.speculative_stats().cloned(),
-    })
+
+    /// Ends the answer for `stop`: the text held back (an incomplete character), if any, and
+    /// what the answer cost.
+    pub fn finish(
+        mut self,
+        stop: StopReason,
+        stream: &TokenStream<'_>,
+    ) -> Result<(Option<Delta>, Usage)> {
+        let rest = self.detok.finish()?.map(|text| Delta { token: None, text });
+        let prefill = self.prefill;
+        let generated = self.generated;
+        let decode_secs = self.decode_start.elapsed().as_secs_f64();
+        // A stop during prefill sampled nothing: no time to a first token, no prefill rate.
+        let prefill_secs = prefill.time.as_secs_f64();
+        let prefilled = prefill.prompt_tokens - prefill.reused_tokens;
+        let usage = Usage {
+            prompt_tokens: prefill.prompt_tokens,
+            reused_tokens: prefill.reused_tokens,
+            generated_tokens: generated,
+            time_to_first_token_ms: self.first_token_at.unwrap_or(prefill.time).as_secs_f64()
+                * 1000.0,
+            prefill_tokens_per_second: if prefill_secs > 0.0 {
+                prefilled as f64 / prefill_secs
+            } else {
+                0.0
+            },
+            decode_tokens_per_second: if decode_secs > 0.0 && generated > 0 {
+                generated as f64 / decode_secs
+            } else {
+                0.0
+            },
+            stop_reason: stop,
+            speculative: stream.speculative_stats().cloned(),
+        };
+        Ok((rest, usage))
+    }
 }

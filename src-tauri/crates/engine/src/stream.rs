@@ -11,6 +11,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gemma::{KvCache, MediaFeatures, Model};
@@ -138,6 +139,72 @@ impl Session {
     }
 }
 
+/// A stream's session: lent by the caller for the stream's life, or given to it (the engine
+/// thread, which keeps several streams running, gives each its own and takes it back with
+/// [`TokenStream::into_session`]).
+pub enum SessionSlot<'a> {
+    Lent(&'a mut Session),
+    Given(Box<Session>),
+}
+
+impl<'a> From<&'a mut Session> for SessionSlot<'a> {
+    fn from(session: &'a mut Session) -> Self {
+        Self::Lent(session)
+    }
+}
+
+impl From<Session> for SessionSlot<'_> {
+    fn from(session: Session) -> Self {
+        Self::Given(Box::new(session))
+    }
+}
+
+impl std::ops::Deref for SessionSlot<'_> {
+    type Target = Session;
+    fn deref(&self) -> &Session {
+        match self {
+            Self::Lent(s) => s,
+            Self::Given(s) => s,
+        }
+    }
+}
+
+impl std::ops::DerefMut for SessionSlot<'_> {
+    fn deref_mut(&mut self) -> &mut Session {
+        match self {
+            Self::Lent(s) => s,
+            Self::Given(s) => s,
+        }
+    }
+}
+
+/// A stream's cancel flag: lent by the caller, or shared with whoever may stop it.
+pub enum CancelFlag<'a> {
+    Lent(&'a AtomicBool),
+    Shared(Arc<AtomicBool>),
+}
+
+impl<'a> From<&'a AtomicBool> for CancelFlag<'a> {
+    fn from(flag: &'a AtomicBool) -> Self {
+        Self::Lent(flag)
+    }
+}
+
+impl From<Arc<AtomicBool>> for CancelFlag<'_> {
+    fn from(flag: Arc<AtomicBool>) -> Self {
+        Self::Shared(flag)
+    }
+}
+
+impl CancelFlag<'_> {
+    fn is_set(&self) -> bool {
+        match self {
+            Self::Lent(f) => f.load(Ordering::Relaxed),
+            Self::Shared(f) => f.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// The images of a prompt: each run of `token_id` placeholders (in order) is one image, whose
 /// projected features `[run length, hidden]` `features(k)` computes on demand — images wholly
 /// inside the reused prefix are never computed (nor prefilled) again.
@@ -204,8 +271,8 @@ pub struct StepTimes {
 /// Sampled ids of one answer, produced on demand (see the module doc).
 pub struct TokenStream<'a> {
     model: &'a Model,
-    session: &'a mut Session,
-    cancel: &'a AtomicBool,
+    session: SessionSlot<'a>,
+    cancel: CancelFlag<'a>,
     sampler: Sampler,
     /// The recent ids a repetition penalty looks at, when one is set: `(ids, window)`.
     penalty: Option<(Array, usize)>,
@@ -241,11 +308,11 @@ impl<'a> TokenStream<'a> {
     /// prefilled stays cached for the next turn.
     pub fn start(
         model: &'a Model,
-        session: &'a mut Session,
+        session: impl Into<SessionSlot<'a>>,
         prompt: &[u32],
         images: Option<&mut Images<'_>>,
         options: &GenerateOptions,
-        cancel: &'a AtomicBool,
+        cancel: impl Into<CancelFlag<'a>>,
     ) -> Result<Self> {
         Self::start_reporting(model, session, prompt, images, options, cancel, &mut |_| {})
     }
@@ -253,11 +320,11 @@ impl<'a> TokenStream<'a> {
     /// [`Self::start`], telling `on_prefill` how far the prefill has come.
     pub fn start_reporting(
         model: &'a Model,
-        session: &'a mut Session,
+        session: impl Into<SessionSlot<'a>>,
         prompt: &[u32],
         images: Option<&mut Images<'_>>,
         options: &GenerateOptions,
-        cancel: &'a AtomicBool,
+        cancel: impl Into<CancelFlag<'a>>,
         on_prefill: &mut dyn FnMut(PrefillProgress),
     ) -> Result<Self> {
         if options.constraint.is_some() {
@@ -278,14 +345,15 @@ impl<'a> TokenStream<'a> {
     #[allow(clippy::too_many_arguments)]
     pub fn start_constrained(
         model: &'a Model,
-        session: &'a mut Session,
+        session: impl Into<SessionSlot<'a>>,
         prompt: &[u32],
         images: Option<&mut Images<'_>>,
         options: &GenerateOptions,
         constraint: Option<Constraint>,
-        cancel: &'a AtomicBool,
+        cancel: impl Into<CancelFlag<'a>>,
         on_prefill: &mut dyn FnMut(PrefillProgress),
     ) -> Result<Self> {
+        let (mut session, cancel) = (session.into(), cancel.into());
         if prompt.is_empty() {
             return Err(GenerateError::EmptyPrompt);
         }
@@ -381,7 +449,7 @@ impl<'a> TokenStream<'a> {
     /// the device computes step n.
     pub fn next_token(&mut self) -> Result<Option<u32>> {
         // A stop drops what a speculative round had ready: nothing reaches the caller after it.
-        if self.end.is_none() && self.cancel.load(Ordering::Relaxed) {
+        if self.end.is_none() && self.cancel.is_set() {
             self.ready.clear();
             self.finish(StreamEnd::Cancelled);
             return Ok(None);
@@ -414,14 +482,7 @@ impl<'a> TokenStream<'a> {
             let logits =
                 self.model
                     .forward_array(&y.reshape(&[1])?, &mut self.session.caches, None)?;
-            if let Some((ids, window)) = &mut self.penalty {
-                let mut grown = concatenate(&[&*ids, &y.reshape(&[1])?], 0)?;
-                let len = grown.shape()[0];
-                if len > *window as i32 {
-                    grown = grown.index(len - *window as i32..);
-                }
-                *ids = grown;
-            }
+            self.remember(&y)?;
             let next = self.sampler.sample(&logits, &self.history())?;
             dispatched = Instant::now();
             async_eval([&next])?;
@@ -472,14 +533,7 @@ impl<'a> TokenStream<'a> {
             constraint.consume(token)?;
         }
         if let Some(logits) = logits {
-            if let Some((ids, window)) = &mut self.penalty {
-                let mut grown = concatenate(&[&*ids, &y.reshape(&[1])?], 0)?;
-                let len = grown.shape()[0];
-                if len > *window as i32 {
-                    grown = grown.index(len - *window as i32..);
-                }
-                *ids = grown;
-            }
+            self.remember(&y)?;
             let masked = match self.constraint.as_mut() {
                 Some(constraint) => constraint.mask(&logits)?,
                 None => logits,
@@ -746,6 +800,57 @@ impl<'a> TokenStream<'a> {
         Ok(())
     }
 
+    /// Adds `y`, the id just fed forward, to the window a repetition penalty looks at.
+    fn remember(&mut self, y: &Array) -> Result<()> {
+        if let Some((ids, window)) = &mut self.penalty {
+            let mut grown = concatenate(&[&*ids, &y.reshape(&[1])?], 0)?;
+            let len = grown.shape()[0];
+            if len > *window as i32 {
+                grown = grown.index(len - *window as i32..);
+            }
+            *ids = grown;
+        }
+        Ok(())
+    }
+
+    /// Gives the session back, when it was given to the stream (see [`SessionSlot`]).
+    pub fn into_session(self) -> Option<Session> {
+        match self.session {
+            SessionSlot::Given(session) => Some(*session),
+            SessionSlot::Lent(_) => None,
+        }
+    }
+
+    /// Leaves speculative decoding for plain decoding from the next id on (the engine thread
+    /// does when a second answer starts, so that both share each decode step). The answer is
+    /// the same either way.
+    pub fn stop_drafting(&mut self, why: &str) -> Result<()> {
+        if self.spec.is_none() || self.end.is_some() {
+            return Ok(());
+        }
+        if self.spec.as_ref().is_some_and(|s| s.bonus.is_none()) {
+            // The first id is not handed out yet: it is still the pending plain one.
+            if let Some(mut spec) = self.spec.take() {
+                spec.stats.stopped = Some(why.into());
+                self.spec_stats = Some(spec.stats);
+            }
+            return Ok(());
+        }
+        self.stop_speculating(why.into())
+    }
+
+    /// Whether the next id comes from a plain decode step that other streams can share: no
+    /// id is waiting, none is speculated or constrained, and the step is not the last.
+    fn shares_next_step(&self) -> bool {
+        self.end.is_none()
+            && self.ready.is_empty()
+            && self.spec.is_none()
+            && self.constraint.is_none()
+            && self.pending.is_some()
+            && self.produced + 1 < self.limit
+            && !self.cancel.is_set()
+    }
+
     fn history(&self) -> Array {
         match &self.penalty {
             Some((ids, _)) => ids.clone(),
@@ -766,7 +871,7 @@ impl<'a> TokenStream<'a> {
         let mut logits = None;
         let mut done = 0;
         while done < new.len() {
-            if self.cancel.load(Ordering::Relaxed) {
+            if self.cancel.is_set() {
                 return Ok(None);
             }
             let end = (done + chunk).min(new.len());
@@ -805,6 +910,103 @@ impl<'a> TokenStream<'a> {
         }
         logits.map(Some).ok_or(GenerateError::EmptyPrompt)
     }
+}
+
+/// The next id of each stream, as [`TokenStream::next_token`] gives it, with the plain decode
+/// steps of every stream that takes one now run as one forward of the model
+/// ([`Model::forward_rows`]): continuous batching. Each row is sampled by its own stream's
+/// sampler (its own seed and random stream), so every answer is the one it would be alone.
+/// Streams that speculate, follow a grammar, hand out ids already read or end now step alone.
+pub fn next_tokens(streams: &mut [&mut TokenStream<'_>]) -> Vec<Result<Option<u32>>> {
+    let shared: Vec<usize> = (0..streams.len())
+        .filter(|&i| {
+            streams[i].shares_next_step() && std::ptr::eq(streams[i].model, streams[0].model)
+        })
+        .collect();
+    let mut out: Vec<Option<Result<Option<u32>>>> = (0..streams.len()).map(|_| None).collect();
+    if shared.len() >= 2 {
+        let mut rows: Vec<&mut TokenStream<'_>> = streams
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| shared.contains(i))
+            .map(|(_, s)| &mut **s)
+            .collect();
+        match step_rows(&mut rows) {
+            Ok(tokens) => {
+                for (&i, token) in shared.iter().zip(tokens) {
+                    out[i] = Some(Ok(Some(token)));
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                for (&i, row) in shared.iter().zip(rows.iter_mut()) {
+                    row.finish(StreamEnd::Cancelled);
+                    out[i] = Some(Err(GenerateError::Batch(message.clone())));
+                }
+            }
+        }
+    }
+    out.into_iter()
+        .zip(streams.iter_mut())
+        .map(|(done, stream)| match done {
+            Some(result) => result,
+            None => stream.next_token(),
+        })
+        .collect()
+}
+
+/// One plain decode step of every row together (each row's pending id fed forward, the
+/// rows' next ids sampled and dispatched, the pending ids read): the batched form of the
+/// plain step in [`TokenStream::next_token`].
+fn step_rows(rows: &mut [&mut TokenStream<'_>]) -> Result<Vec<u32>> {
+    let Some(model) = rows.first().map(|r| r.model) else {
+        return Ok(Vec::new());
+    };
+    let built = Instant::now();
+    let ys: Vec<Array> = rows
+        .iter_mut()
+        .map(|r| r.pending.take().ok_or(GenerateError::EmptyPrompt))
+        .collect::<Result<_>>()?;
+    let flat: Vec<Array> = ys
+        .iter()
+        .map(|y| y.reshape(&[1]))
+        .collect::<std::result::Result<_, _>>()?;
+    let ids = concatenate(&flat, 0)?;
+    let logits = {
+        let mut caches: Vec<&mut [KvCache]> = rows
+            .iter_mut()
+            .map(|r| r.session.caches.as_mut_slice())
+            .collect();
+        model.forward_rows(&ids, &mut caches)?
+    };
+    let mut nexts = Vec::with_capacity(rows.len());
+    for (k, (row, y)) in rows.iter_mut().zip(&ys).enumerate() {
+        row.remember(y)?;
+        let own = logits.index(k as i32..k as i32 + 1);
+        nexts.push(row.sampler.sample(&own, &row.history())?);
+    }
+    let dispatched = Instant::now();
+    async_eval(nexts.iter())?;
+    let waiting = Instant::now();
+    let mut tokens = Vec::with_capacity(rows.len());
+    for ((row, y), next) in rows.iter_mut().zip(&ys).zip(nexts) {
+        let token: u32 = y
+            .try_item_exact::<u32>()
+            .map_err(|e| GenerateError::Token(e.to_string()))?;
+        row.pending = Some(next);
+        row.session.tokens.push(token);
+        row.produced += 1;
+        tokens.push(token);
+    }
+    let times = StepTimes {
+        build: dispatched - built,
+        dispatch: waiting - dispatched,
+        wait: waiting.elapsed(),
+    };
+    for row in rows.iter_mut() {
+        row.last_step = times;
+    }
+    Ok(tokens)
 }
 
 /// Evaluates a prefill chunk's output together with the caches it wrote (so the next chunk

@@ -16,7 +16,7 @@ use crate::media::FeatureCache;
 use crate::output::{Marker, Markers};
 use crate::sampler::SamplerConfig;
 use crate::speculative::{Proposer, SpeculativeOptions};
-use crate::stream::{Images, PrefillProgress, Session, TokenStream};
+use crate::stream::{CancelFlag, Images, PrefillProgress, Session, SessionSlot, TokenStream};
 use crate::template::{
     expand_image_placeholders, ChatTemplate, Message, Part, RenderOptions, Role,
 };
@@ -171,10 +171,10 @@ impl LoadedModel {
     /// once per image content). `cancel` is read between prefill chunks and between tokens.
     pub fn token_stream<'a>(
         &'a self,
-        session: &'a mut Session,
+        session: impl Into<SessionSlot<'a>>,
         prompt: &Prompt,
         options: &GenerateOptions,
-        cancel: &'a AtomicBool,
+        cancel: impl Into<CancelFlag<'a>>,
     ) -> Result<TokenStream<'a>, EngineError> {
         self.token_stream_reporting(session, prompt, options, cancel, &mut |_| {})
     }
@@ -182,10 +182,10 @@ impl LoadedModel {
     /// [`Self::token_stream`], telling `on_prefill` how far the prefill has come.
     pub fn token_stream_reporting<'a>(
         &'a self,
-        session: &'a mut Session,
+        session: impl Into<SessionSlot<'a>>,
         prompt: &Prompt,
         options: &GenerateOptions,
-        cancel: &'a AtomicBool,
+        cancel: impl Into<CancelFlag<'a>>,
         on_prefill: &mut dyn FnMut(PrefillProgress),
     ) -> Result<TokenStream<'a>, EngineError> {
         // Compiled before anything is read, so a grammar that cannot be enforced is refused

@@ -2,6 +2,7 @@
 //! per-head RMSNorm and RoPE, K/V cached or shared, and the single-query decode path.
 
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
+use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{broadcast_to, concatenate, ones_like, softmax_axis};
 use mlx_rs::Array;
 
@@ -12,6 +13,16 @@ use crate::layers::{LayerSpec, Rope};
 use crate::quant::{Linear, SideBySide};
 use crate::tuning::{DecodeAttention, Tuning};
 use crate::weights::Weights;
+
+/// One sequence's part of a forward pass: where its keys and values come from, and the
+/// position of its first new token.
+pub(crate) struct Row<'a> {
+    pub kv: KvInput<'a>,
+    pub offset: usize,
+}
+
+/// The keys and values a row attended (`None` where none were), for the layers sharing them.
+pub(crate) type Attended = Option<(Array, Array)>;
 
 /// Where an attention layer's keys and values come from in this forward pass.
 pub(crate) enum KvInput<'a> {
@@ -106,44 +117,113 @@ impl Attention {
         out
     }
 
-    /// Attention of `x` (`[b, T, hidden]`, positions from `offset`) over its K/V and those
-    /// before it: the output and the K/V it attended (for layers that share them).
-    pub fn forward(
+    /// Attention of several sequences at once: row `i` of `x` (`[rows, T, hidden]`) belongs to
+    /// `rows[i]`, with its own K/V and positions. The projections run once for every row; the
+    /// heads (norms, RoPE, cache, attention) run per row over that row's own cache, so each
+    /// row's output is exactly what it would be alone. `mask` applies to every row (decode
+    /// rows of one position need none). Returns the output and each row's attended K/V.
+    pub fn forward_rows(
         &self,
         x: &Array,
         mask: Option<&Array>,
-        mut kv: KvInput<'_>,
-        offset: usize,
+        rows: Vec<Row<'_>>,
         tuning: &Tuning,
-    ) -> Result<(Array, Option<(Array, Array)>)> {
-        let shape = x.shape();
+    ) -> Result<(Array, Vec<Attended>)> {
+        let n = rows.len();
+        if n == 0 || !(x.shape()[0] as usize).is_multiple_of(n) {
+            return Err(Error::Input(format!(
+                "{} rows of input for {n} sequences",
+                x.shape()[0]
+            )));
+        }
+        let owns = rows.iter().all(|r| matches!(r.kv, KvInput::Own(_)));
+        let joined = match &self.head_scales {
+            Some(_) if owns => self.qkv_proj.forward_joined(x, tuning)?,
+            _ => None,
+        };
+        let projected = match joined {
+            Some(_) => Vec::new(),
+            None => self.qkv_proj.forward(x, tuning)?,
+        };
+        let mut outs = Vec::with_capacity(n);
+        let mut attended = Vec::with_capacity(n);
+        for (i, row) in rows.into_iter().enumerate() {
+            // One sequence alone takes the arrays whole: its graph is the single-sequence one.
+            let pick = |a: &Array| {
+                if n == 1 {
+                    a.clone()
+                } else {
+                    a.index(i as i32..i as i32 + 1)
+                }
+            };
+            let (queries, keys, values) = match (&joined, &self.head_scales, row.kv) {
+                (Some(joined), Some(scales), KvInput::Own(cache)) => {
+                    self.heads_joined(&pick(joined), scales, cache, row.offset)?
+                }
+                (_, _, kv) => {
+                    let parts: Vec<Array> = projected.iter().map(pick).collect();
+                    self.heads_separate(&parts, kv, row.offset)?
+                }
+            };
+            let (out, kv) = self.attend(&queries, keys, values, mask, tuning)?;
+            outs.push(out);
+            attended.push(kv);
+        }
+        let out = match outs.len() {
+            1 => outs.pop().unwrap_or_else(|| unreachable!()),
+            _ => concatenate(&outs, 0)?,
+        };
+        Ok((self.o_proj.forward(&out, tuning)?, attended))
+    }
+
+    /// The heads of one sequence from the fused q|k|v projection (`[b, T, (heads + 2·kv) · d]`):
+    /// one RMSNorm over every head, the q/k scales as one multiply, one RoPE for q and k
+    /// together -- 3 primitives where separate heads take 5. Returns the queries and the K/V
+    /// to attend (the cache updated).
+    fn heads_joined(
+        &self,
+        joined: &Array,
+        scales: &Array,
+        cache: &mut KvCache,
+        offset: usize,
+    ) -> Result<(Array, Array, Array)> {
+        let shape = joined.shape();
         let (b, len) = (shape[0], shape[1]);
         let (d, heads, kv_heads) = (self.head_dim, self.num_heads, self.num_kv_heads);
-        if let (KvInput::Own(cache), Some(scales)) = (&mut kv, &self.head_scales) {
-            if let Some(joined) = self.qkv_proj.forward_joined(x, tuning)? {
-                // One RMSNorm over every head, the q/k scales as one multiply, one RoPE for q
-                // and k together: 3 primitives where separate heads take 5.
-                let all = fast::rms_norm(joined.reshape(&[b, len, -1, d])?, None, self.eps)?
-                    .multiply(scales)?
-                    .transpose_axes(&[0, 2, 1, 3])?;
-                // RoPE runs over the whole tensor (v's rotated rows are dropped): on a slice of
-                // the transposed tensor, MLX-CUDA 0.32.2's RoPE kernel writes out of bounds.
-                let roped = self.rope(&all, offset)?;
-                let q_k = roped.split_at_indices(&[heads, heads + kv_heads], 1)?;
-                let v = all.split_at_indices(&[heads + kv_heads], 1)?;
-                let (keys, values) = cache.update_and_fetch(q_k[1].clone(), v[1].clone())?;
-                return self.attend(&q_k[0], keys, values, mask, tuning);
-            }
-        }
-        let projected = self.qkv_proj.forward(x, tuning)?;
-        let queries = projected[0].reshape(&[b, len, heads, d])?;
+        let all = fast::rms_norm(joined.reshape(&[b, len, -1, d])?, None, self.eps)?
+            .multiply(scales)?
+            .transpose_axes(&[0, 2, 1, 3])?;
+        // RoPE runs over the whole tensor (v's rotated rows are dropped): on a slice of the
+        // transposed tensor, MLX-CUDA 0.32.2's RoPE kernel writes out of bounds.
+        let roped = self.rope(&all, offset)?;
+        let q_k = roped.split_at_indices(&[heads, heads + kv_heads], 1)?;
+        let v = all.split_at_indices(&[heads + kv_heads], 1)?;
+        let (keys, values) = cache.update_and_fetch(q_k[1].clone(), v[1].clone())?;
+        Ok((q_k[0].clone(), keys, values))
+    }
+
+    /// The heads of one sequence from separate projections (`[q]`, or `[q, k, v]` in layers
+    /// that own their K/V), each `[b, T, …]`.
+    fn heads_separate(
+        &self,
+        projected: &[Array],
+        kv: KvInput<'_>,
+        offset: usize,
+    ) -> Result<(Array, Array, Array)> {
+        let (d, heads, kv_heads) = (self.head_dim, self.num_heads, self.num_kv_heads);
+        let q = projected
+            .first()
+            .ok_or_else(|| Error::Input(format!("layer {} has no q projection", self.layer)))?;
+        let shape = q.shape();
+        let (b, len) = (shape[0], shape[1]);
+        let queries = q.reshape(&[b, len, heads, d])?;
         let queries = fast::rms_norm(&queries, Some(&self.q_norm), self.eps)?
             .transpose_axes(&[0, 2, 1, 3])?;
         let queries = self.rope(&queries, offset)?;
         let (keys, values) = match kv {
             KvInput::Shared(kv) => kv,
             KvInput::Own(cache) => {
-                let (Some(k_norm), [_, k, v]) = (&self.k_norm, projected.as_slice()) else {
+                let (Some(k_norm), [_, k, v]) = (&self.k_norm, projected) else {
                     return Err(Error::Input(format!(
                         "layer {} has no K/V projections",
                         self.layer
@@ -158,11 +238,11 @@ impl Attention {
                 cache.update_and_fetch(k, v)?
             }
         };
-        self.attend(&queries, keys, values, mask, tuning)
+        Ok((queries, keys, values))
     }
 
-    /// Attention of `queries` (`[b, heads, T, d]`) over `keys`/`values`, then the output
-    /// projection.
+    /// Attention of `queries` (`[b, heads, T, d]`) over `keys`/`values`: `[b, T, heads · d]`
+    /// (before the output projection) and the K/V attended.
     fn attend(
         &self,
         queries: &Array,
@@ -185,7 +265,7 @@ impl Attention {
                 .transpose_axes(&[0, 2, 1, 3])?
                 .reshape(&[b, len, width])?
         };
-        Ok((self.o_proj.forward(&out, tuning)?, Some((keys, values))))
+        Ok((out, Some((keys, values))))
     }
 
     fn rope(&self, x: &Array, offset: usize) -> Result<Array> {

@@ -163,6 +163,14 @@ impl Model {
         Ok((h, logits))
     }
 
+    /// One decode step of several sequences at once (continuous batching): `ids` `[n]` holds
+    /// each sequence's next token (device-resident, in range, no media placeholders) and
+    /// `caches[i]` sequence `i`'s caches. Logits `[n, vocab]`; row `i` is exactly what
+    /// [`Self::forward_array`] gives sequence `i` alone.
+    pub fn forward_rows(&self, ids: &Array, caches: &mut [&mut [KvCache]]) -> Result<Array> {
+        self.text.forward_rows(ids, caches, &self.tuning)
+    }
+
     /// Token embeddings `[T, hidden]` of device-resident ids, scaled as the decoder's input.
     pub fn embed(&self, ids: &Array) -> Result<Array> {
         self.text.embed(ids, &[])

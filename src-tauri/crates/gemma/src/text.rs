@@ -7,7 +7,7 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{arange, cumsum, maximum, select};
 use mlx_rs::{Array, Dtype};
 
-use crate::attention::KvInput;
+use crate::attention::{Attended, KvInput, Row};
 use crate::cache::KvCache;
 use crate::config::{AttentionKind, Config, TextConfig};
 use crate::decoder::DecoderLayer;
@@ -315,6 +315,89 @@ impl TextModel {
         let h = fast::rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?;
         let rows = h.shape()[1];
         Ok(h.reshape(&[rows, -1])?)
+    }
+
+    /// One decode step of several sequences at once: `ids` (`[n]`) holds each sequence's next
+    /// token and `caches[i]` sequence `i`'s caches (each at its own position). The projections,
+    /// the MLPs and the head run once for all rows, each row as a vector of its own; attention
+    /// runs per row over its own caches (see [`crate::attention::Attention::forward_rows`]), so
+    /// every row's logits are exactly its single-sequence logits. Returns `[n, vocab]`.
+    pub fn forward_rows(
+        &self,
+        ids: &Array,
+        caches: &mut [&mut [KvCache]],
+        tuning: &Tuning,
+    ) -> Result<Array> {
+        let n = caches.len();
+        if n == 0 || ids.size() != n {
+            return Err(Error::Input(format!(
+                "{} tokens for {n} sequences",
+                ids.size()
+            )));
+        }
+        let hidden = self.config.hidden_size as i32;
+        let h = self.embed(ids, &[])?;
+        // Per-layer inputs `[1, n, layers, width]` → one position per row.
+        let per_layer_inputs = self
+            .per_layer_inputs(ids, &h, false, tuning)?
+            .map(|p| {
+                let shape = p.shape();
+                p.reshape(&[n as i32, 1, shape[2], shape[3]])
+            })
+            .transpose()?;
+        let mut h = h.reshape(&[n as i32, 1, hidden])?;
+        let offsets: Vec<usize> = caches
+            .iter()
+            .map(|c| c.first().map(|c| c.offset()).unwrap_or(0))
+            .collect();
+        let mut produced: Vec<Vec<Attended>> = vec![Vec::new(); self.layers.len()];
+        let mut cache_slot = 0;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let rows: Vec<Row<'_>> = match layer.spec.kv {
+                KvSource::Own { .. } => {
+                    let slot = cache_slot;
+                    cache_slot += 1;
+                    caches
+                        .iter_mut()
+                        .zip(&offsets)
+                        .map(|(c, &offset)| {
+                            let cache = c.get_mut(slot).ok_or_else(|| {
+                                Error::Input("too few caches for this model".into())
+                            })?;
+                            Ok(Row {
+                                kv: KvInput::Own(cache),
+                                offset,
+                            })
+                        })
+                        .collect::<Result<_>>()?
+                }
+                KvSource::Shared { producer } => produced[producer]
+                    .iter()
+                    .zip(&offsets)
+                    .map(|(kv, &offset)| {
+                        let kv = kv.clone().ok_or_else(|| {
+                            Error::Input(format!("layer {producer} produced no K/V"))
+                        })?;
+                        Ok(Row {
+                            kv: KvInput::Shared(kv),
+                            offset,
+                        })
+                    })
+                    .collect::<Result<_>>()?,
+            };
+            if rows.len() != n {
+                return Err(Error::Input(format!("layer {i} has no K/V for every row")));
+            }
+            let per_layer_input = per_layer_inputs
+                .as_ref()
+                .map(|inputs| inputs.index((.., .., i as i32, ..)));
+            let (out, kv) = layer.forward_rows(&h, None, rows, per_layer_input.as_ref(), tuning)?;
+            h = out;
+            produced[i] = kv;
+        }
+        let h = fast::rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?;
+        let logits = self.head(&h, tuning)?;
+        Ok(logits.reshape(&[n as i32, -1])?)
     }
 
     /// Logits `[rows, vocab]` of final-normed hidden states `[rows, hidden]`: the tied head and
