@@ -10,6 +10,7 @@ pub mod image;
 pub mod media;
 pub mod output;
 pub mod sampler;
+pub mod serve;
 pub mod speculative;
 pub mod stream;
 pub mod template;

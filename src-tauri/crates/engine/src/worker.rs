@@ -1,5 +1,6 @@
 //! The engine thread. MLX state stays on one thread; the app talks to it through channels:
 //! requests in, token / usage / error events out. Cancellation is a flag checked between tokens.
+//! Several answers are written at once (see `serve.rs`).
 
 use std::cell::{OnceCell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -13,13 +14,12 @@ use crate::constraint::{Constraint, Grammars};
 use crate::generate::{generate, Delta, GenerateError, GenerateOptions, Usage};
 use crate::image::Preprocessed;
 use crate::media::FeatureCache;
-use crate::output::{Marker, Markers};
+use crate::output::Marker;
 use crate::sampler::SamplerConfig;
+use crate::serve::{Batch, Job, Sessions, DEFAULT_PARALLEL, MAX_PARALLEL};
 use crate::speculative::{Proposer, SpeculativeOptions};
 use crate::stream::{CancelFlag, Images, PrefillProgress, Session, SessionSlot, TokenStream};
-use crate::template::{
-    expand_image_placeholders, ChatTemplate, Message, Part, RenderOptions, Role,
-};
+use crate::template::{expand_image_placeholders, ChatTemplate, Message, RenderOptions, Role};
 use crate::tokenizer::{SpecialTokens, Tokenizer};
 use gemma::{Drafter, LoadOptions, Model};
 
@@ -422,6 +422,9 @@ enum Command {
         dir: Option<PathBuf>,
         reply: Sender<Result<Option<DrafterInfo>, EngineError>>,
     },
+    SetParallel {
+        answers: usize,
+    },
     Shutdown,
 }
 
@@ -547,6 +550,18 @@ impl Engine {
         answer.recv().map_err(|_| EngineError::Stopped)
     }
 
+    /// How many answers may be written at once (1 to [`MAX_PARALLEL`]; default
+    /// [`DEFAULT_PARALLEL`]): requests beyond it wait for one to end. The window's chat never
+    /// waits (see [`Engine::generate_first`]). Takes effect between decode steps.
+    pub fn set_parallel(&self, answers: usize) -> Result<(), EngineError> {
+        self.queue.sending();
+        self.commands
+            .send(Command::SetParallel {
+                answers: answers.clamp(1, MAX_PARALLEL),
+            })
+            .map_err(|_| EngineError::Stopped)
+    }
+
     fn cancel_all(&self) {
         if let Ok(running) = self.running.lock() {
             running
@@ -556,6 +571,8 @@ impl Engine {
     }
 
     /// Queues a generation; events arrive through `events` on the engine thread. Returns its id.
+    /// It is written together with the others running while there are fewer than
+    /// [`Engine::set_parallel`] of them, and waits for one to end otherwise.
     pub fn generate(
         &self,
         request: ChatRequest,
@@ -564,10 +581,10 @@ impl Engine {
         self.queue_generation(request, Box::new(events), false)
     }
 
-    /// Queues a generation ahead of the ordinary ones waiting: it runs as soon as the one
-    /// running now ends (which is not stopped for it). The window's chat uses it, so that
-    /// requests queued by the local API never make the person at the window wait behind them.
-    /// Loads, unloads and other commands keep their place.
+    /// Queues a generation ahead of the ordinary ones waiting, which joins the answers being
+    /// written at once, whatever their number (see [`Engine::set_parallel`]). The window's chat
+    /// uses it, so that requests of the local API never make the person at the window wait
+    /// behind them. Loads, unloads and other commands keep their place.
     pub fn generate_first(
         &self,
         request: ChatRequest,
@@ -664,8 +681,10 @@ fn run(
         }
     };
     let mut loaded: Option<LoadedModel> = None;
-    // One conversation's cache is kept: enough for follow-ups, bounded memory.
-    let mut session: Option<(String, Session)> = None;
+    let mut parallel = DEFAULT_PARALLEL;
+    // A conversation's cache per answer that may run at once: follow-ups reuse theirs, and
+    // memory stays bounded.
+    let mut sessions = Sessions::new(parallel);
     // Commands received and not yet run, so that one sent first can be run before others.
     let mut waiting: VecDeque<Command> = VecDeque::new();
     loop {
@@ -688,7 +707,7 @@ fn run(
                 options,
                 reply,
             } => {
-                session = None;
+                sessions.clear();
                 loaded = None;
                 publish(None);
                 let result = LoadedModel::load(&dir, &options).map(|m| {
@@ -741,42 +760,87 @@ fn run(
                 }
             }
             Command::Unload { reply } => {
-                session = None;
+                sessions.clear();
                 loaded = None;
                 publish(None);
                 let _ = reply.send(());
+            }
+            Command::SetParallel { answers } => {
+                parallel = answers;
+                sessions.set_limit(answers);
             }
             Command::Generate {
                 id,
                 request,
                 cancel,
-                mut events,
+                events,
                 ..
             } => {
-                let result = answer(
-                    loaded.as_ref(),
-                    &mut session,
+                let mut job = Job {
                     id,
-                    &request,
-                    &cancel,
-                    &mut events,
-                );
-                match result {
-                    Ok((usage, ids)) => events(Event::Done {
+                    request,
+                    cancel,
+                    events,
+                };
+                let Some(m) = loaded.as_ref() else {
+                    (job.events)(Event::Error {
                         generation_id: id,
-                        usage,
-                        ids,
-                    }),
-                    Err(error) => events(Event::Error {
-                        generation_id: id,
-                        error,
-                    }),
-                }
-                if let Ok(mut r) = running.lock() {
-                    r.remove(&id);
+                        error: EngineError::NoModel,
+                    });
+                    if let Ok(mut r) = running.lock() {
+                        r.remove(&id);
+                    }
+                    continue;
+                };
+                // Answers run together until none is left; generations sent meanwhile join
+                // between steps while there is room (the window's at once), and nothing passes
+                // a load, an unload or a drafter change.
+                let mut batch = Batch::new(m, running.clone());
+                batch.start(job, &mut sessions);
+                loop {
+                    waiting.extend(inbox.try_iter());
+                    while let Some(job) = joining(&mut waiting, batch.len(), parallel) {
+                        queue.taken();
+                        batch.start(job, &mut sessions);
+                    }
+                    if batch.len() == 0 {
+                        break;
+                    }
+                    batch.step(&mut sessions);
                 }
             }
         }
+    }
+}
+
+/// The generation that joins the answers running now (`running` of them, at most `parallel`),
+/// if one may: the one [`next_to_run`] picks, when it is a generation and there is room (a
+/// generation sent first always joins).
+fn joining(waiting: &mut VecDeque<Command>, running: usize, parallel: usize) -> Option<Job> {
+    let kinds: Vec<Kind> = waiting.iter().map(Command::kind).collect();
+    let next = next_to_run(&kinds);
+    let joins = match kinds.get(next)? {
+        Kind::GenerateFirst => true,
+        Kind::Generate => running < parallel,
+        Kind::Other => false,
+    };
+    if !joins {
+        return None;
+    }
+    match waiting.remove(next)? {
+        Command::Generate {
+            id,
+            request,
+            cancel,
+            events,
+            ..
+        } => Some(Job {
+            id,
+            request,
+            cancel,
+            events,
+        }),
+        _ => None,
     }
 }
 
@@ -807,90 +871,6 @@ fn next_to_run(waiting: &[Kind]) -> usize {
         .take_while(|kind| **kind != Kind::Other)
         .position(|kind| *kind == Kind::GenerateFirst)
         .unwrap_or(0)
-}
-
-fn answer(
-    loaded: Option<&LoadedModel>,
-    session: &mut Option<(String, Session)>,
-    id: u64,
-    request: &ChatRequest,
-    cancel: &AtomicBool,
-    events: &mut Box<dyn FnMut(Event) + Send>,
-) -> Result<(Usage, Vec<u32>), EngineError> {
-    let m = loaded.ok_or(EngineError::NoModel)?;
-    let prompt = m.prompt_with_tools(
-        &request.messages,
-        &request.tools,
-        request.thinking,
-        &request.images,
-    )?;
-    let markers = Markers::new(&m.tokenizer);
-    let context = request.options.context_window;
-    if prompt.ids.len() >= context {
-        let message = alone_tokens(m, request)?;
-        if message >= context {
-            return Err(EngineError::MessageTooLong { message, context });
-        }
-    }
-    let mut current = match session.take() {
-        Some((conversation, s)) if conversation == request.conversation => s,
-        _ => Session::new(&m.model),
-    };
-    let mut count = 0;
-    let mut ids = Vec::new();
-    // Both callbacks send through `events`, one at a time.
-    let events = RefCell::new(events);
-    let mut on_prefill = |p: PrefillProgress| {
-        (events.borrow_mut())(Event::Prefill {
-            generation_id: id,
-            done: p.done,
-            total: p.total,
-        })
-    };
-    let result = m.generate_reporting(
-        &mut current,
-        &prompt,
-        &request.options,
-        cancel,
-        &mut on_prefill,
-        |d| {
-            count += 1;
-            ids.extend(d.token);
-            (events.borrow_mut())(Event::Delta {
-                generation_id: id,
-                delta: d.text,
-                token_count: count,
-                marker: d.token.and_then(|id| markers.of(id)),
-            });
-        },
-    );
-    *session = Some((request.conversation.clone(), current));
-    result.map(|usage| (usage, ids))
-}
-
-/// Tokens of the request's last message as a new chat would send it: the system messages and
-/// that message, with its images.
-fn alone_tokens(m: &LoadedModel, request: &ChatRequest) -> Result<usize, EngineError> {
-    let Some((last, before)) = request.messages.split_last() else {
-        return Ok(0);
-    };
-    let mut messages: Vec<Message> = before
-        .iter()
-        .filter(|message| message.role == Role::System)
-        .cloned()
-        .collect();
-    messages.push(last.clone());
-    let own = last
-        .content
-        .iter()
-        .filter(|part| matches!(part, Part::Image))
-        .count();
-    let images = &request.images[request.images.len().saturating_sub(own)..];
-    Ok(
-        m.prompt_with_tools(&messages, &request.tools, request.thinking, images)?
-            .ids
-            .len(),
-    )
 }
 
 #[cfg(test)]

@@ -151,7 +151,7 @@ fn every_answer_of_a_batch_is_the_one_it_gives_alone() {
         .map(|(k, text)| Row {
             prompt: text_prompt(&m, text),
             // Greedy and seeded rows side by side; long enough to wrap the sliding window.
-            options: if k % 2 == 0 {
+            options: if k.is_multiple_of(2) {
                 greedy(40 + 3 * k)
             } else {
                 seeded(44 - k, 7 + k as u64)
@@ -212,5 +212,172 @@ fn stopping_one_of_four_leaves_the_others_as_they_are_alone() {
             "row {k}"
         );
         assert_ne!(ends[k], StreamEnd::Cancelled);
+    }
+}
+
+mod engine_thread {
+    use std::sync::mpsc::{channel, Receiver};
+    use std::time::Duration;
+
+    use super::*;
+    use common::fixture;
+    use engine::worker::{ChatRequest, Engine, Event};
+    use gemma::LoadOptions;
+
+    fn engine() -> Engine {
+        let engine = Engine::spawn();
+        let options = LoadOptions {
+            dtype: Some(mlx_rs::Dtype::Float32),
+            ..LoadOptions::default()
+        };
+        engine.load(&fixture(), options).unwrap();
+        engine
+    }
+
+    /// A request as the local API sends it (every API request names the same conversation).
+    fn request(text: &str, options: GenerateOptions) -> ChatRequest {
+        ChatRequest {
+            conversation: "local-api".into(),
+            messages: vec![Message::text(Role::User, text)],
+            images: Vec::new(),
+            thinking: false,
+            tools: Vec::new(),
+            options,
+        }
+    }
+
+    /// The events of the generations sent together, tagged with their generation's id.
+    type Log = Receiver<(u64, Event)>;
+
+    fn send_all(engine: &Engine, requests: Vec<ChatRequest>, first: Option<ChatRequest>) -> Log {
+        let (tx, rx) = channel();
+        for request in requests {
+            let tx = tx.clone();
+            engine
+                .generate(request, move |e| {
+                    let _ = tx.send((id_of(&e), e));
+                })
+                .unwrap();
+        }
+        if let Some(request) = first {
+            let tx = tx.clone();
+            engine
+                .generate_first(request, move |e| {
+                    let _ = tx.send((id_of(&e), e));
+                })
+                .unwrap();
+        }
+        rx
+    }
+
+    fn id_of(event: &Event) -> u64 {
+        match event {
+            Event::Prefill { generation_id, .. }
+            | Event::Delta { generation_id, .. }
+            | Event::Done { generation_id, .. }
+            | Event::Error { generation_id, .. } => *generation_id,
+        }
+    }
+
+    /// Reads events until `count` generations are done: the ids each generated (in sending
+    /// order) and the generation of each delta, in the order they came.
+    fn collect(log: &Log, count: usize) -> (Vec<(u64, Vec<u32>)>, Vec<u64>) {
+        let mut done: Vec<(u64, Vec<u32>)> = Vec::new();
+        let mut order = Vec::new();
+        while done.len() < count {
+            let (id, event) = log
+                .recv_timeout(Duration::from_secs(120))
+                .expect("an answer");
+            match event {
+                Event::Delta { .. } => order.push(id),
+                Event::Done { ids, .. } => done.push((id, ids)),
+                Event::Error { error, .. } => panic!("generation {id} failed: {error}"),
+                Event::Prefill { .. } => {}
+            }
+        }
+        done.sort_by_key(|(id, _)| *id);
+        (done, order)
+    }
+
+    /// How many times the stream of deltas switches from one generation to another.
+    fn switches(order: &[u64]) -> usize {
+        order.windows(2).filter(|w| w[0] != w[1]).count()
+    }
+
+    #[test]
+    fn four_requests_are_answered_together_each_as_alone_and_the_window_never_waits() {
+        let engine = engine();
+        let texts = [
+            "Alpha beta",
+            "Gamma",
+            "Delta epsilon zeta eta",
+            "Theta iota",
+        ];
+        let options = |k: usize| {
+            if k.is_multiple_of(2) {
+                greedy(24 + k)
+            } else {
+                seeded(26, 40 + k as u64)
+            }
+        };
+        // Alone, one after another.
+        let mut alone = Vec::new();
+        for (k, text) in texts.iter().enumerate() {
+            let log = send_all(&engine, vec![request(text, options(k))], None);
+            alone.push(collect(&log, 1).0.remove(0).1);
+        }
+        // All at once: the answers are the same, and they stream interleaved.
+        let requests = texts
+            .iter()
+            .enumerate()
+            .map(|(k, t)| request(t, options(k)))
+            .collect();
+        let log = send_all(&engine, requests, None);
+        let (together, order) = collect(&log, 4);
+        let ids: Vec<Vec<u32>> = together.into_iter().map(|(_, ids)| ids).collect();
+        assert_eq!(ids, alone);
+        assert!(switches(&order) > 20, "the answers were written together");
+
+        // One at a time when so set: no interleaving, the same answers.
+        engine.set_parallel(1).unwrap();
+        let requests = texts
+            .iter()
+            .enumerate()
+            .map(|(k, t)| request(t, options(k)))
+            .collect();
+        let log = send_all(&engine, requests, None);
+        let (one_by_one, order) = collect(&log, 4);
+        assert_eq!(switches(&order), 3);
+        let ids: Vec<Vec<u32>> = one_by_one.into_iter().map(|(_, ids)| ids).collect();
+        assert_eq!(ids, alone);
+
+        // The window's chat joins at once even when every place is taken: sent once a long
+        // API answer is streaming, it ends first.
+        let log = send_all(
+            &engine,
+            vec![request("Write at length.", greedy(300))],
+            None,
+        );
+        let (busy, _) = log.recv_timeout(Duration::from_secs(120)).unwrap();
+        let window = ChatRequest {
+            conversation: "window".into(),
+            ..request("Hello from the window", greedy(6))
+        };
+        let (tx, window_log) = channel();
+        let window_id = engine
+            .generate_first(window, move |e| {
+                let _ = tx.send((id_of(&e), e));
+            })
+            .unwrap();
+        let (window_done, _) = collect(&window_log, 1);
+        assert_eq!(window_done[0].0, window_id);
+        assert!(
+            log.try_iter()
+                .all(|(_, e)| !matches!(e, Event::Done { .. })),
+            "the window's answer ended while the long one still ran"
+        );
+        let (rest, _) = collect(&log, 1);
+        assert_eq!(rest[0].0, busy);
+        assert_eq!(rest[0].1.len(), 300, "the long answer went on to its end");
     }
 }

@@ -1,0 +1,319 @@
+//! The engine thread's answers, several at once (continuous batching). Answers join and leave
+//! between decode steps; every plain decode step of the answers running is one forward of the
+//! model ([`next_tokens`]), each row sampled by its own sampler, so every answer is the one it
+//! would be alone. A new answer's prompt is prefilled in chunks, and between two chunks the
+//! answers already running take a step: a long prompt never stalls them for more than a chunk.
+//!
+//! Each answer owns its conversation's session while it runs and gives it back when it ends;
+//! a few sessions are kept for follow-ups (see [`Sessions`]). A drafter speculates only for an
+//! answer running alone: when a second joins, both decode plainly (the same ids either way).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use crate::generate::{Answer, Taken};
+use crate::output::Markers;
+use crate::stream::{next_tokens, PrefillProgress, Session, TokenStream};
+use crate::template::{Message, Part, Role};
+use crate::worker::{ChatRequest, EngineError, Event, LoadedModel};
+
+/// Answers at once unless set otherwise ([`crate::worker::Engine::set_parallel`]).
+pub const DEFAULT_PARALLEL: usize = 4;
+/// The most answers at once: the batched forward's rows.
+pub const MAX_PARALLEL: usize = 8;
+
+/// The flags of the generations queued or running, by id (a generation's is removed when it ends).
+pub(crate) type Running = Arc<Mutex<HashMap<u64, Arc<AtomicBool>>>>;
+
+/// A generation taken from the queue, not started yet.
+pub(crate) struct Job {
+    pub id: u64,
+    pub request: ChatRequest,
+    pub cancel: Arc<AtomicBool>,
+    pub events: Box<dyn FnMut(Event) + Send>,
+}
+
+/// The sessions kept between answers, most recently used last: at most `limit`, the oldest
+/// dropped first. An answer takes the one of its conversation that shares the longest prefix
+/// with its prompt (API requests share one conversation name, so two clients' histories each
+/// find their own), or a new one.
+pub(crate) struct Sessions {
+    kept: Vec<(String, Session)>,
+    limit: usize,
+}
+
+impl Sessions {
+    pub fn new(limit: usize) -> Self {
+        Self {
+            kept: Vec::new(),
+            limit: limit.max(1),
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.kept.clear();
+    }
+
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit.max(1);
+        self.trim();
+    }
+
+    /// The session `conversation` continues with `prompt`.
+    fn take(&mut self, conversation: &str, prompt: &[u32], m: &LoadedModel) -> Session {
+        let shared = |s: &Session| {
+            s.tokens()
+                .iter()
+                .zip(prompt)
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        let best = self
+            .kept
+            .iter()
+            .enumerate()
+            .filter(|(_, (c, _))| c == conversation)
+            .max_by_key(|(k, (_, s))| (shared(s), *k))
+            .map(|(k, _)| k);
+        match best {
+            Some(k) => self.kept.remove(k).1,
+            None => Session::new(&m.model),
+        }
+    }
+
+    fn put(&mut self, conversation: String, session: Session) {
+        self.kept.push((conversation, session));
+        self.trim();
+    }
+
+    fn trim(&mut self) {
+        let extra = self.kept.len().saturating_sub(self.limit);
+        self.kept.drain(..extra);
+    }
+}
+
+/// One answer running.
+struct Row<'m> {
+    id: u64,
+    conversation: String,
+    stream: TokenStream<'m>,
+    answer: Answer<'m>,
+    events: Box<dyn FnMut(Event) + Send>,
+    /// Deltas sent, and the ids generated (kept with the answer, see [`Event::Done`]).
+    count: usize,
+    ids: Vec<u32>,
+}
+
+/// The answers running on one loaded model.
+pub(crate) struct Batch<'m> {
+    m: &'m LoadedModel,
+    rows: Vec<Row<'m>>,
+    markers: Markers,
+    running: Running,
+}
+
+impl<'m> Batch<'m> {
+    pub fn new(m: &'m LoadedModel, running: Running) -> Self {
+        Self {
+            m,
+            rows: Vec::new(),
+            markers: Markers::new(&m.tokenizer),
+            running,
+        }
+    }
+
+    /// Answers running now.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Starts `job`: its prompt is prefilled (the running answers stepping between chunks)
+    /// and it joins the next step. A request that cannot start gets its error event.
+    pub fn start(&mut self, mut job: Job, sessions: &mut Sessions) {
+        let m = self.m;
+        let (rows, markers, running) = (&mut self.rows, &self.markers, &self.running);
+        let mut started = || -> Result<TokenStream<'m>, EngineError> {
+            let request = &job.request;
+            let prompt = m.prompt_with_tools(
+                &request.messages,
+                &request.tools,
+                request.thinking,
+                &request.images,
+            )?;
+            let context = request.options.context_window;
+            if prompt.ids.len() >= context {
+                let message = alone_tokens(m, request)?;
+                if message >= context {
+                    return Err(EngineError::MessageTooLong { message, context });
+                }
+            }
+            let session = sessions.take(&request.conversation, &prompt.ids, m);
+            let events = RefCell::new(&mut job.events);
+            let id = job.id;
+            let mut on_prefill = |p: PrefillProgress| {
+                (events.borrow_mut())(Event::Prefill {
+                    generation_id: id,
+                    done: p.done,
+                    total: p.total,
+                });
+                // Between two chunks, the answers already running take a step.
+                if p.done > 0 && p.done < p.total {
+                    step(rows, markers, sessions, running);
+                }
+            };
+            let mut stream = m.token_stream_reporting(
+                session,
+                &prompt,
+                &request.options,
+                job.cancel.clone(),
+                &mut on_prefill,
+            )?;
+            if !rows.is_empty() {
+                let why = "another answer is running";
+                stream.stop_drafting(why)?;
+                for row in rows.iter_mut() {
+                    // (Should that step fail, the row ends early: drafting is lossless, and
+                    // its error is not the new request's.)
+                    let _ = row.stream.stop_drafting(why);
+                }
+            }
+            Ok(stream)
+        };
+        match started() {
+            Ok(stream) => {
+                let answer = Answer::new(&stream, &m.tokenizer, &m.specials);
+                rows.push(Row {
+                    id: job.id,
+                    conversation: job.request.conversation,
+                    stream,
+                    answer,
+                    events: job.events,
+                    count: 0,
+                    ids: Vec::new(),
+                });
+            }
+            Err(error) => {
+                (job.events)(Event::Error {
+                    generation_id: job.id,
+                    error,
+                });
+                forget(running, job.id);
+            }
+        }
+    }
+
+    /// One step of every answer running; those that end send their last events and give
+    /// their session back.
+    pub fn step(&mut self, sessions: &mut Sessions) {
+        step(&mut self.rows, &self.markers, sessions, &self.running);
+    }
+}
+
+fn step<'m>(
+    rows: &mut Vec<Row<'m>>,
+    markers: &Markers,
+    sessions: &mut Sessions,
+    running: &Running,
+) {
+    if rows.is_empty() {
+        return;
+    }
+    let results = {
+        let mut streams: Vec<&mut TokenStream<'m>> =
+            rows.iter_mut().map(|r| &mut r.stream).collect();
+        next_tokens(&mut streams)
+    };
+    let mut ended = Vec::new();
+    for (k, (row, result)) in rows.iter_mut().zip(results).enumerate() {
+        let taken = result
+            .map_err(EngineError::from)
+            .and_then(|next| Ok(row.answer.take(next, row.stream.end())?));
+        match taken {
+            Ok(Taken::Delta(delta)) => {
+                row.count += 1;
+                row.ids.extend(delta.token);
+                (row.events)(Event::Delta {
+                    generation_id: row.id,
+                    delta: delta.text,
+                    token_count: row.count,
+                    marker: delta.token.and_then(|id| markers.of(id)),
+                });
+            }
+            Ok(Taken::Stop(stop)) => ended.push((k, Ok(stop))),
+            Err(error) => ended.push((k, Err(error))),
+        }
+    }
+    for (k, outcome) in ended.into_iter().rev() {
+        let Row {
+            id,
+            conversation,
+            stream,
+            answer,
+            mut events,
+            mut count,
+            mut ids,
+        } = rows.remove(k);
+        let finished = outcome.and_then(|stop| Ok(answer.finish(stop, &stream)?));
+        match finished {
+            Ok((rest, usage)) => {
+                if let Some(rest) = rest {
+                    count += 1;
+                    ids.extend(rest.token);
+                    events(Event::Delta {
+                        generation_id: id,
+                        delta: rest.text,
+                        token_count: count,
+                        marker: None,
+                    });
+                }
+                events(Event::Done {
+                    generation_id: id,
+                    usage,
+                    ids,
+                });
+                if let Some(session) = stream.into_session() {
+                    sessions.put(conversation, session);
+                }
+            }
+            // (The session is dropped: its caches may hold half a step.)
+            Err(error) => events(Event::Error {
+                generation_id: id,
+                error,
+            }),
+        }
+        forget(running, id);
+    }
+}
+
+fn forget(running: &Running, id: u64) {
+    if let Ok(mut r) = running.lock() {
+        r.remove(&id);
+    }
+}
+
+/// Tokens of the request's last message as a new chat would send it: the system messages and
+/// that message, with its images.
+fn alone_tokens(m: &LoadedModel, request: &ChatRequest) -> Result<usize, EngineError> {
+    let Some((last, before)) = request.messages.split_last() else {
+        return Ok(0);
+    };
+    let mut messages: Vec<Message> = before
+        .iter()
+        .filter(|message| message.role == Role::System)
+        .cloned()
+        .collect();
+    messages.push(last.clone());
+    let own = last
+        .content
+        .iter()
+        .filter(|part| matches!(part, Part::Image))
+        .count();
+    let images = &request.images[request.images.len().saturating_sub(own)..];
+    Ok(
+        m.prompt_with_tools(&messages, &request.tools, request.thinking, images)?
+            .ids
+            .len(),
+    )
+}
