@@ -15,7 +15,7 @@ use crate::error::ApiError;
 pub const DEFAULT_PORT: u16 = 7341;
 /// Largest request body: a few photos as base64 data URLs fit; an endless upload does not.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 20 * 1024 * 1024;
-/// Requests that may wait behind the one being answered; more get 503 with `Retry-After`.
+/// Requests that may wait behind the ones being answered; more get 503 with `Retry-After`.
 pub const DEFAULT_QUEUE_DEPTH: usize = 8;
 /// Most images one request may carry.
 pub const MAX_IMAGES: usize = 10;
@@ -36,7 +36,10 @@ pub struct ApiConfig {
     /// Browser origins (`scheme://host[:port]`, exactly) that get CORS headers. Empty: none.
     pub allowed_origins: Vec<String>,
     pub max_body_bytes: usize,
-    /// Requests waiting behind the running one before new ones are refused.
+    /// Answers the engine writes at once (what it was given with `Engine::set_parallel`):
+    /// so many requests run, and [`Self::queue_depth`] more wait.
+    pub parallel: usize,
+    /// Requests waiting behind the running ones before new ones are refused.
     pub queue_depth: usize,
     /// The model served; `None` until one is loaded (see [`crate::Server::set_model`]).
     pub model: Option<ServedModel>,
@@ -50,6 +53,7 @@ impl ApiConfig {
             key,
             allowed_origins: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            parallel: engine::serve::DEFAULT_PARALLEL,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             model: Some(model),
         }

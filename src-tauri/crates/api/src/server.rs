@@ -47,7 +47,7 @@ pub(crate) fn router(engine: Arc<Engine>, config: &ApiConfig, port: u16) -> (Rou
     let served = Arc::new(Served {
         engine,
         model: ModelSlot::new(config.model.clone()),
-        admission: Admission::new(config.queue_depth),
+        admission: Admission::new(config.parallel, config.queue_depth),
         max_body_bytes: config.max_body_bytes,
         running: Running::default(),
         log: Log::default(),
@@ -129,6 +129,12 @@ impl Server {
     /// The base URL clients are given: `http://127.0.0.1:PORT/v1`.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.address)
+    }
+
+    /// The engine now writes `answers` at once (after `Engine::set_parallel`): the queue's
+    /// places follow.
+    pub fn set_parallel(&self, answers: usize) {
+        self.served.admission.set_running(answers);
     }
 
     /// Requests in the engine's hands (running or queued).

@@ -483,7 +483,10 @@ fn a_prompt_that_does_not_fit_is_refused_not_cut() {
 
 #[test]
 fn a_full_queue_answers_503_with_retry_after() {
-    let server = TestServer::start(|c| c.queue_depth = 0);
+    let server = TestServer::start(|c| {
+        c.parallel = 1;
+        c.queue_depth = 0;
+    });
     let mut endless = chat(ENDLESS, 2000);
     endless["stream"] = json!(true);
     let mut running = Request::post("/v1/chat/completions", &endless).open(server.port);
@@ -502,6 +505,84 @@ fn a_full_queue_answers_503_with_retry_after() {
         200,
         "a freed place is taken again"
     );
+}
+
+#[test]
+fn four_streams_are_answered_at_once_each_as_alone_with_its_usage() {
+    let server = TestServer::start(|c| c.queue_depth = 0);
+    let bodies: Vec<Value> = (0..4)
+        .map(|k| {
+            let mut body = chat(&format!("Tell me about the number {k}."), 10 + 3 * k);
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({ "include_usage": true });
+            body
+        })
+        .collect();
+    // Alone, one after the other.
+    let alone: Vec<String> = bodies
+        .iter()
+        .map(|b| {
+            let mut body = b.clone();
+            body["stream"] = json!(false);
+            body.as_object_mut().unwrap().remove("stream_options");
+            post(&server, &body).json()["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+
+    // Four endless streams all make progress at once, and a fifth request finds no place.
+    let mut endless: Vec<_> = (0..4)
+        .map(|k| {
+            let mut body = chat(&format!("{ENDLESS} {k}"), 2000);
+            body["stream"] = json!(true);
+            let response = Request::post("/v1/chat/completions", &body).open(server.port);
+            assert_eq!(response.status, 200);
+            response
+        })
+        .collect();
+    for _ in 0..3 {
+        for response in &mut endless {
+            response.next_event().expect("every stream moves");
+        }
+    }
+    assert_eq!(post(&server, &chat("hi", 1)).status, 503);
+    drop(endless);
+    server.wait_idle();
+
+    // Together: each the same answer as alone, its usage its own.
+    let port = server.port;
+    let together: Vec<Vec<Value>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = bodies
+            .iter()
+            .map(|body| {
+                scope.spawn(move || {
+                    chunks(
+                        &Request::post("/v1/chat/completions", body)
+                            .open(port)
+                            .events(),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (k, chunks) in together.iter().enumerate() {
+        assert_eq!(streamed_text(chunks), alone[k], "stream {k}");
+        let usage = &chunks.last().unwrap()["usage"];
+        let completion = usage["completion_tokens"].as_u64().unwrap();
+        assert!((1..=10 + 3 * k as u64).contains(&completion), "{usage}");
+        assert_eq!(
+            usage["total_tokens"].as_u64().unwrap(),
+            usage["prompt_tokens"].as_u64().unwrap() + completion
+        );
+    }
+    let finished = server.server().finished();
+    let last_four = &finished[finished.len() - 4..];
+    assert!(last_four
+        .iter()
+        .all(|f| f.outcome != api::Outcome::Ended(StopReason::Cancelled)));
 }
 
 #[test]

@@ -163,7 +163,13 @@ struct ServeArgs {
     /// Tokens a request may use, prompt and answer together.
     #[arg(long, default_value_t = api::config::DEFAULT_CONTEXT)]
     context_length: usize,
-    /// Requests that may wait behind the one being answered (more get 503).
+    /// Answers written at once, 1 to 8 (requests beyond wait; each answer is the one it would
+    /// be alone).
+    #[arg(long, default_value_t = engine::serve::DEFAULT_PARALLEL,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+              .range(1..=engine::serve::MAX_PARALLEL as u64))]
+    parallel: usize,
+    /// Requests that may wait behind the ones being answered (more get 503).
     #[arg(long, default_value_t = api::config::DEFAULT_QUEUE_DEPTH)]
     queue_depth: usize,
     /// Soft-token budget per image (70, 140, 280, 560 or 1120).
@@ -497,6 +503,8 @@ fn serve(args: &ServeArgs) -> Result<()> {
     config.port = args.port;
     config.allowed_origins = args.allow_origins.clone();
     config.queue_depth = args.queue_depth;
+    config.parallel = args.parallel;
+    engine.set_parallel(args.parallel)?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
