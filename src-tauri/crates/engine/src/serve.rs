@@ -98,6 +98,8 @@ impl Sessions {
 struct Row<'m> {
     id: u64,
     conversation: String,
+    /// Positions the conversation may reach by the end of this answer.
+    longest: usize,
     stream: TokenStream<'m>,
     answer: Answer<'m>,
     events: Box<dyn FnMut(Event) + Send>,
@@ -129,11 +131,51 @@ impl<'m> Batch<'m> {
         self.rows.len()
     }
 
+    /// Whether `request` may join the answers running as far as memory goes: MLX's active
+    /// memory, what the running answers' caches will still grow by until their limits, and
+    /// the new answer's caches at its longest must stay within MLX's memory limit. An answer
+    /// that does not fit waits for one to end; the first always runs (as one always did).
+    pub fn fits(&self, request: &ChatRequest) -> bool {
+        if self.rows.is_empty() {
+            return true;
+        }
+        let model = &self.m.model;
+        let Ok(prompt) = self.m.prompt_with_tools(
+            &request.messages,
+            &request.tools,
+            request.thinking,
+            &request.images,
+        ) else {
+            return true; // (refused with its reason once started)
+        };
+        let options = &request.options;
+        let longest = (prompt.ids.len() + options.max_tokens).min(options.context_window);
+        let growing: usize = self
+            .rows
+            .iter()
+            .map(|r| {
+                let now = r.stream.positions();
+                model
+                    .kv_bytes(r.longest)
+                    .saturating_sub(model.kv_bytes(now))
+            })
+            .sum();
+        let need = model.kv_bytes(longest) + growing;
+        match (
+            mlx_rs::memory::active_memory(),
+            mlx_rs::memory::memory_limit(),
+        ) {
+            (Ok(active), Ok(limit)) if limit > 0 => active.saturating_add(need) <= limit,
+            _ => true,
+        }
+    }
+
     /// Starts `job`: its prompt is prefilled (the running answers stepping between chunks)
     /// and it joins the next step. A request that cannot start gets its error event.
     pub fn start(&mut self, mut job: Job, sessions: &mut Sessions) {
         let m = self.m;
         let (rows, markers, running) = (&mut self.rows, &self.markers, &self.running);
+        let mut longest = 0;
         let mut started = || -> Result<TokenStream<'m>, EngineError> {
             let request = &job.request;
             let prompt = m.prompt_with_tools(
@@ -143,6 +185,7 @@ impl<'m> Batch<'m> {
                 &request.images,
             )?;
             let context = request.options.context_window;
+            longest = (prompt.ids.len() + request.options.max_tokens).min(context);
             if prompt.ids.len() >= context {
                 let message = alone_tokens(m, request)?;
                 if message >= context {
@@ -187,6 +230,7 @@ impl<'m> Batch<'m> {
                 rows.push(Row {
                     id: job.id,
                     conversation: job.request.conversation,
+                    longest,
                     stream,
                     answer,
                     events: job.events,
@@ -254,6 +298,7 @@ fn step<'m>(
             mut events,
             mut count,
             mut ids,
+            ..
         } = rows.remove(k);
         let finished = outcome.and_then(|stop| Ok(answer.finish(stop, &stream)?));
         match finished {

@@ -813,6 +813,11 @@ impl<'a> TokenStream<'a> {
         Ok(())
     }
 
+    /// Positions the session's caches hold now.
+    pub fn positions(&self) -> usize {
+        self.session.tokens.len()
+    }
+
     /// Gives the session back, when it was given to the stream (see [`SessionSlot`]).
     pub fn into_session(self) -> Option<Session> {
         match self.session {

@@ -799,7 +799,7 @@ fn run(
                 batch.start(job, &mut sessions);
                 loop {
                     waiting.extend(inbox.try_iter());
-                    while let Some(job) = joining(&mut waiting, batch.len(), parallel) {
+                    while let Some(job) = joining(&mut waiting, &batch, parallel) {
                         queue.taken();
                         batch.start(job, &mut sessions);
                     }
@@ -813,16 +813,18 @@ fn run(
     }
 }
 
-/// The generation that joins the answers running now (`running` of them, at most `parallel`),
-/// if one may: the one [`next_to_run`] picks, when it is a generation and there is room (a
-/// generation sent first always joins).
-fn joining(waiting: &mut VecDeque<Command>, running: usize, parallel: usize) -> Option<Job> {
+/// The generation that joins the answers running now (at most `parallel`), if one may: the
+/// one [`next_to_run`] picks, when it is a generation and there is room, in number and in
+/// memory (see [`Batch::fits`]); a generation sent first (the window's) always joins.
+fn joining(waiting: &mut VecDeque<Command>, batch: &Batch<'_>, parallel: usize) -> Option<Job> {
     let kinds: Vec<Kind> = waiting.iter().map(Command::kind).collect();
     let next = next_to_run(&kinds);
-    let joins = match kinds.get(next)? {
-        Kind::GenerateFirst => true,
-        Kind::Generate => running < parallel,
-        Kind::Other => false,
+    let joins = match (kinds.get(next)?, waiting.get(next)?) {
+        (Kind::GenerateFirst, _) => true,
+        (Kind::Generate, Command::Generate { request, .. }) => {
+            batch.len() < parallel && batch.fits(request)
+        }
+        _ => false,
     };
     if !joins {
         return None;

@@ -113,6 +113,38 @@ impl Model {
         self.text.new_caches()
     }
 
+    /// Bytes the caches of one conversation hold after `positions` tokens, the last decoded:
+    /// keys and values of every cache-owning layer (a sliding layer holds at most its window
+    /// and the rewind slack; during a prefill, briefly, a chunk more), in the activation dtype
+    /// or quantized as the layer stores them. What deciding how many answers fit in memory at
+    /// once needs (the engine's batching).
+    pub fn kv_bytes(&self, positions: usize) -> usize {
+        let text = &self.config.text;
+        let dtype_bytes = match self.dtype() {
+            Dtype::Float32 => 4.0,
+            _ => 2.0,
+        };
+        self.table
+            .iter()
+            .filter(|l| l.owns_kv())
+            .map(|l| {
+                let held = match l.kind {
+                    crate::config::AttentionKind::Full => positions,
+                    crate::config::AttentionKind::Sliding => {
+                        positions.min(text.sliding_window + crate::cache::REWIND_SLACK)
+                    }
+                };
+                // Quantized: packed bits plus a scale and a bias (in the dtype) per group.
+                let per_value = match l.kv_quant {
+                    Some(q) => q.bits as f64 / 8.0 + 2.0 * dtype_bytes / q.group_size as f64,
+                    None => dtype_bytes,
+                };
+                let values = 2 * held * text.num_key_value_heads * l.head_dim;
+                (values as f64 * per_value).ceil() as usize
+            })
+            .sum()
+    }
+
     /// Teacher-forced forward over host token ids, continuing `caches`: logits of the last
     /// `keep` positions (`[keep, vocab]`), or of every position when `keep` is `None`.
     /// Checks ids against the vocabulary and media placeholder counts against feature rows.

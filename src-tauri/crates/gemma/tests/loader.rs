@@ -293,3 +293,37 @@ fn problems_of_the_decoder_and_the_vision_tower_are_reported_in_one_error() {
         "{error}"
     );
 }
+
+#[test]
+fn kv_bytes_is_what_the_caches_hold_plain_and_quantized() {
+    for (name, kv_quantization) in [("tiny", false), ("tiny-optiq", true)] {
+        let options = LoadOptions {
+            dtype: Some(mlx_rs::Dtype::Float32),
+            kv_quantization,
+            ..LoadOptions::default()
+        };
+        let model = Model::load(&fixture(name), &options).unwrap();
+        let mut caches = model.new_caches();
+        let held = |caches: &[gemma::KvCache]| -> usize {
+            caches
+                .iter()
+                .flat_map(|c| c.arrays())
+                .map(|a| a.nbytes())
+                .sum()
+        };
+        // A prefill, then decode steps past the sliding window and its rewind slack (32 + 64
+        // on the tiny fixture).
+        let mut positions = 0;
+        for chunk in std::iter::once(40usize).chain(std::iter::repeat_n(1, 80)) {
+            let ids: Vec<u32> = (0..chunk as u32).map(|k| 10 + k % 200).collect();
+            let out = model.forward(&ids, &[], &mut caches, Some(1)).unwrap();
+            out.eval().unwrap();
+            positions += chunk;
+            assert_eq!(
+                model.kv_bytes(positions),
+                held(&caches),
+                "{name} after {positions} positions"
+            );
+        }
+    }
+}
