@@ -1,8 +1,10 @@
 //! Settings → "Local API": the `api` crate's OpenAI-compatible server over the app's own engine
 //! (one model in memory), off unless switched on. Its settings (on or off, port, key, allowed
-//! origins, verbose) persist in the chats database; when on, it starts with the app, before a
-//! model is loaded (requests get 503 `model_not_loaded` until one is), and follows the model
-//! the window loads. The window's chat goes first: it queues with `Engine::generate_first`.
+//! origins, verbose, answers at once) persist in the chats database; when on, it starts with
+//! the app, before a model is loaded (requests get 503 `model_not_loaded` until one is), and
+//! follows the model the window loads. The engine writes several answers at once (up to
+//! "answers at once"); the window's chat never waits for a place: it joins with
+//! `Engine::generate_first`.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -10,6 +12,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use api::{ApiConfig, ApiKey, ServedModel, Server, DEFAULT_PORT};
+use engine::serve::{DEFAULT_PARALLEL, MAX_PARALLEL};
 use chats::Store;
 use engine::sampler::SamplerConfig;
 use engine::worker::Engine;
@@ -39,6 +42,8 @@ struct Stored {
     key: Option<String>,
     allowed_origins: Vec<String>,
     verbose: bool,
+    /// Answers the engine writes at once (1 to `MAX_PARALLEL`).
+    parallel: usize,
 }
 
 impl Default for Stored {
@@ -49,6 +54,7 @@ impl Default for Stored {
             key: None,
             allowed_origins: Vec::new(),
             verbose: false,
+            parallel: DEFAULT_PARALLEL,
         }
     }
 }
@@ -71,6 +77,10 @@ pub struct LocalApiStatus {
     pub key: Option<String>,
     pub allowed_origins: Vec<String>,
     pub verbose: bool,
+    /// Answers written at once; requests beyond wait (the window's chat never does).
+    pub parallel: u32,
+    pub default_parallel: u32,
+    pub max_parallel: u32,
     /// Why it is on but not running (e.g. the port is used by another program), in words.
     pub error: Option<String>,
     /// The id clients name the loaded model by; `None` while no model is loaded.
@@ -89,6 +99,8 @@ pub struct LocalApiChange {
     /// One origin per item, as `scheme://host[:port]`; blank items are dropped.
     pub allowed_origins: Vec<String>,
     pub verbose: bool,
+    /// Checked here: 1 to the most answers at once.
+    pub parallel: u32,
 }
 
 /// One request the server answered or refused, for the request log.
@@ -191,7 +203,9 @@ impl LocalApi {
             .thread_name("local-api")
             .enable_all()
             .build()?;
-        let stored: Stored = store.get_setting(KEY).ok().flatten().unwrap_or_default();
+        let mut stored: Stored = store.get_setting(KEY).ok().flatten().unwrap_or_default();
+        stored.parallel = stored.parallel.clamp(1, MAX_PARALLEL);
+        engine.set_parallel(stored.parallel)?;
         let api = Self {
             engine,
             store,
@@ -239,6 +253,9 @@ impl LocalApi {
             key: stored.key.clone(),
             allowed_origins: stored.allowed_origins.clone(),
             verbose: stored.verbose,
+            parallel: stored.parallel as u32,
+            default_parallel: DEFAULT_PARALLEL as u32,
+            max_parallel: MAX_PARALLEL as u32,
             error: inner.error.clone(),
             model_id: inner.model.as_ref().map(|m| m.id.clone()),
             answering: inner
@@ -258,6 +275,12 @@ impl LocalApi {
                 change.port
             )));
         }
+        if !(1..=MAX_PARALLEL as u32).contains(&change.parallel) {
+            return Err(Error::Invalid(format!(
+                "answers at once must be between 1 and {MAX_PARALLEL}, not {}",
+                change.parallel
+            )));
+        }
         let origins = change
             .allowed_origins
             .iter()
@@ -270,6 +293,7 @@ impl LocalApi {
             port: change.port as u16,
             allowed_origins: origins,
             verbose: change.verbose,
+            parallel: change.parallel as usize,
             ..inner.stored.clone()
         };
         if stored.enabled && stored.key.is_none() {
@@ -277,13 +301,16 @@ impl LocalApi {
         }
         self.store.set_setting(KEY, &stored)?;
         let before = std::mem::replace(&mut inner.stored, stored);
+        self.engine.set_parallel(inner.stored.parallel)?;
         let same_server = Stored {
             verbose: before.verbose,
+            parallel: before.parallel,
             ..inner.stored.clone()
         } == before;
         if same_server && (inner.server.is_some() || !inner.stored.enabled) {
             if let Some(server) = &inner.server {
                 server.set_verbose(inner.stored.verbose);
+                server.set_parallel(inner.stored.parallel);
             }
         } else {
             self.restart(&mut inner);
@@ -375,6 +402,7 @@ impl LocalApi {
         };
         let config = ApiConfig {
             port: inner.stored.port,
+            parallel: inner.stored.parallel,
             allowed_origins: inner.stored.allowed_origins.clone(),
             model: inner.model.clone(),
             ..ApiConfig::new(key, placeholder_model())

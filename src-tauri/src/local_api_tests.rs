@@ -53,6 +53,7 @@ fn on(port: u16) -> LocalApiChange {
         port: port.into(),
         allowed_origins: Vec::new(),
         verbose: false,
+        parallel: 4,
     }
 }
 
@@ -162,6 +163,16 @@ fn switched_on_in_settings_it_answers_with_the_key_and_refuses_a_busy_port_in_wo
         ..on(free_port())
     };
     assert!(matches!(api.change(bad_origin), Err(Error::Invalid(m)) if m.contains("wildcard")));
+    for parallel in [0, 9] {
+        let change = LocalApiChange {
+            parallel,
+            ..on(free_port())
+        };
+        assert!(
+            matches!(api.change(change), Err(Error::Invalid(m)) if m.contains("between 1 and 8")),
+            "{parallel} answers at once accepted"
+        );
+    }
     assert_eq!(api.status(), off);
 
     // On: a key is generated, and the model answers once loaded.
@@ -268,6 +279,7 @@ fn a_regenerated_key_replaces_the_old_one_and_the_setting_survives_a_restart() {
         .local_api
         .change(LocalApiChange {
             verbose: true,
+            parallel: 2,
             ..on(port)
         })
         .unwrap();
@@ -281,7 +293,7 @@ fn a_regenerated_key_replaces_the_old_one_and_the_setting_survives_a_restart() {
     let (state, _) = open(dir.path());
     let status = state.local_api.status();
     assert!(
-        status.enabled && status.running && status.verbose,
+        status.enabled && status.running && status.verbose && status.parallel == 2,
         "{status:?}"
     );
     assert_eq!(
@@ -346,7 +358,12 @@ fn the_windows_chat_runs_before_api_requests_already_queued() {
     let (state, events) = open(dir.path());
     state.models.choose(&fixture()).unwrap();
     let port = free_port();
-    let key = key(&state.local_api.change(on(port)).unwrap());
+    // One answer at a time: every place is taken by the first request.
+    let change = LocalApiChange {
+        parallel: 1,
+        ..on(port)
+    };
+    let key = key(&state.local_api.change(change).unwrap());
 
     // One API answer running (a long one) and one waiting behind it.
     let mut long = chat("Write forever.", 2000);
@@ -424,4 +441,95 @@ fn the_windows_chat_runs_before_api_requests_already_queued() {
         window_done < api_done,
         "the window's answer ended after the API request queued before it"
     );
+}
+
+#[test]
+fn four_api_streams_and_the_windows_answer_are_written_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, events) = open(dir.path());
+    state.models.choose(&fixture()).unwrap();
+    let port = free_port();
+    let status = state.local_api.change(on(port)).unwrap();
+    assert_eq!((status.parallel, status.max_parallel), (4, 8));
+    let key = key(&status);
+
+    // Four API streams, each under way.
+    const TOKENS: u64 = 300;
+    let mut body = chat("Write forever.", TOKENS as usize);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({ "include_usage": true });
+    let mut streams: Vec<BufReader<TcpStream>> = (0..4)
+        .map(|_| {
+            BufReader::new(open_request(
+                port,
+                "POST",
+                "/v1/chat/completions",
+                &key,
+                Some(&body),
+            ))
+        })
+        .collect();
+    let mut line = String::new();
+    for stream in &mut streams {
+        line.clear();
+        while !line.starts_with("data: {") {
+            line.clear();
+            stream.read_line(&mut line).unwrap();
+        }
+    }
+
+    // The window's answer is written beside them and ends while they all still run.
+    let settings = Settings {
+        max_tokens: 6,
+        temperature: 0.0,
+        ..Settings::default()
+    };
+    let sent = state
+        .chat
+        .send(
+            SendRequest {
+                conversation_id: None,
+                text: "Hello from the window".into(),
+                attachment_ids: vec![],
+                system_prompt: None,
+            },
+            &settings,
+        )
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done = events.all().iter().any(|e| {
+            matches!(e, Recorded::Generation(GenerationEvent::Done { generation_id, .. })
+                if *generation_id == sent.generation_id)
+        });
+        if done {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the window's answer never ended");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(
+        state.local_api.status().answering,
+        4,
+        "the API streams were still being written"
+    );
+
+    // Each stream goes on to its end with its own usage.
+    for stream in &mut streams {
+        let mut rest = String::new();
+        stream.read_to_string(&mut rest).unwrap();
+        let usage = rest
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .filter_map(|chunk| chunk.get("usage").filter(|u| !u.is_null()).cloned())
+            .last()
+            .expect("a usage chunk");
+        assert_eq!(usage["completion_tokens"].as_u64(), Some(TOKENS), "{usage}");
+        assert_eq!(
+            usage["total_tokens"].as_u64().unwrap(),
+            usage["prompt_tokens"].as_u64().unwrap() + TOKENS
+        );
+        assert!(rest.contains("data: [DONE]"));
+    }
 }

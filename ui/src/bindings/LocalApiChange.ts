@@ -11,4 +11,8 @@ port: number,
 /**
  * One origin per item, as `scheme://host[:port]`; blank items are dropped.
  */
-allowedOrigins: Array<string>, verbose: boolean, };
+allowedOrigins: Array<string>, verbose: boolean, 
+/**
+ * Checked here: 1 to the most answers at once.
+ */
+parallel: number, };

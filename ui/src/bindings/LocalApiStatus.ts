@@ -21,6 +21,10 @@ address: string,
  */
 key: string | null, allowedOrigins: Array<string>, verbose: boolean, 
 /**
+ * Answers written at once; requests beyond wait (the window's chat never does).
+ */
+parallel: number, defaultParallel: number, maxParallel: number, 
+/**
  * Why it is on but not running (e.g. the port is used by another program), in words.
  */
 error: string | null, 

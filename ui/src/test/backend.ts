@@ -100,6 +100,26 @@ export function usage(partial: Partial<Usage> = {}): Usage {
   };
 }
 
+/** Settings → Local API as a new install has it: off, nothing generated yet. */
+export const LOCAL_API_OFF: LocalApiStatus = {
+  enabled: false,
+  running: false,
+  port: 7341,
+  defaultPort: 7341,
+  minPort: 1024,
+  maxPort: 65535,
+  address: "http://127.0.0.1:7341/v1",
+  key: null,
+  allowedOrigins: [],
+  verbose: false,
+  parallel: 4,
+  defaultParallel: 4,
+  maxParallel: 8,
+  error: null,
+  modelId: "gemma-4-e4b-it-4bit",
+  answering: 0,
+};
+
 export class FakeBackend {
   status: AppStatus = {
     version: "0.1.0",
@@ -126,21 +146,8 @@ export class FakeBackend {
     failed: null,
   };
   /** Where Settings → Local API stands. */
-  localApi: LocalApiStatus = {
-    enabled: false,
-    running: false,
-    port: 7341,
-    defaultPort: 7341,
-    minPort: 1024,
-    maxPort: 65535,
-    address: "http://127.0.0.1:7341/v1",
-    key: null,
-    allowedOrigins: [],
-    verbose: false,
-    error: null,
-    modelId: "gemma-4-e4b-it-4bit",
-    answering: 0,
-  };
+  localApi: LocalApiStatus = { ...LOCAL_API_OFF };
+
   /** Ports "another program" holds. */
   busyPorts: number[] = [];
   apiLog: ApiLogEntry[] = [];
@@ -232,6 +239,7 @@ export class FakeBackend {
         address: `http://127.0.0.1:${c.port}/v1`,
         allowedOrigins: c.allowedOrigins,
         verbose: c.verbose,
+        parallel: c.parallel,
         key: this.localApi.key ?? (c.enabled ? "gd-first-key-0123456789abcdefghijklmnopqrstuv" : null),
         error:
           c.enabled && this.busyPorts.includes(c.port)

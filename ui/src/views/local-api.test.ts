@@ -1,25 +1,12 @@
 import { describe, expect, it, vi } from "vitest";
 
 import type { ApiLogEntry, LocalApiChange, LocalApiStatus } from "../api";
-import { LocalApiPanel, parsePort, snippet, type LocalApiHandlers } from "./local-api";
+import { LOCAL_API_OFF } from "../test/backend";
+import { LocalApiPanel, parseParallel, parsePort, snippet, type LocalApiHandlers } from "./local-api";
 
 const KEY = "gd-0123456789abcdefghijklmnopqrstuvwxyzABCDEFG";
 
-const OFF: LocalApiStatus = {
-  enabled: false,
-  running: false,
-  port: 7341,
-  defaultPort: 7341,
-  minPort: 1024,
-  maxPort: 65535,
-  address: "http://127.0.0.1:7341/v1",
-  key: null,
-  allowedOrigins: [],
-  verbose: false,
-  error: null,
-  modelId: "gemma-4-e4b-it-4bit",
-  answering: 0,
-};
+const OFF: LocalApiStatus = LOCAL_API_OFF;
 const ON: LocalApiStatus = { ...OFF, enabled: true, running: true, key: KEY };
 
 const ENTRY: ApiLogEntry = {
@@ -80,7 +67,35 @@ describe("parsePort", () => {
   });
 });
 
+describe("parseParallel", () => {
+  it("takes 1 to the most answers at once and says why others are refused", () => {
+    expect(parseParallel(" 2 ", OFF)).toBe(2);
+    expect(parseParallel("8", OFF)).toBe(8);
+    for (const bad of ["0", "9", "2.5", "", "many"])
+      expect(parseParallel(bad, OFF)).toBe("Answers at once must be a whole number from 1 to 8.");
+  });
+});
+
 describe("the Local API panel", () => {
+  it("sets how many answers are written at once, refusing what is out of range without asking", async () => {
+    const { panel, handlers } = panelWith(ON);
+    await flush();
+    const input = $<HTMLInputElement>(panel, "local-api-parallel");
+    expect(input?.value).toBe("4");
+    if (input) input.value = "12";
+    input?.dispatchEvent(new Event("change"));
+    await flush();
+    expect(handlers.set).not.toHaveBeenCalled();
+    expect($(panel, "local-api-change-error")?.textContent).toBe("Answers at once must be a whole number from 1 to 8.");
+    const again = $<HTMLInputElement>(panel, "local-api-parallel");
+    if (again) again.value = "2";
+    again?.dispatchEvent(new Event("change"));
+    await flush();
+    expect(handlers.set).toHaveBeenCalledWith(expect.objectContaining({ parallel: 2, enabled: true }));
+    expect($<HTMLInputElement>(panel, "local-api-parallel")?.value).toBe("2");
+    panel.element.remove();
+  });
+
   it("is off by default and turns on through the switch, showing address and key", async () => {
     const { panel, handlers } = panelWith(OFF);
     await flush();
@@ -92,7 +107,13 @@ describe("the Local API panel", () => {
     if (toggle) toggle.checked = true;
     toggle?.dispatchEvent(new Event("change"));
     await flush();
-    expect(handlers.set).toHaveBeenCalledWith({ enabled: true, port: 7341, allowedOrigins: [], verbose: false });
+    expect(handlers.set).toHaveBeenCalledWith({
+      enabled: true,
+      port: 7341,
+      allowedOrigins: [],
+      verbose: false,
+      parallel: 4,
+    });
     expect($(panel, "local-api-address")?.textContent).toBe("http://127.0.0.1:7341/v1");
     expect($(panel, "local-api-state")?.textContent).toBe("On: serving gemma-4-e4b-it-4bit.");
     const key = $<HTMLInputElement>(panel, "local-api-key");

@@ -56,6 +56,14 @@ export function snippet(kind: SnippetKind, address: string, model: string, key: 
   }
 }
 
+/** Answers at once as typed, or why they cannot be. */
+export function parseParallel(text: string, status: LocalApiStatus): number | string {
+  const answers = Number(text.trim());
+  if (text.trim() === "" || !Number.isInteger(answers) || answers < 1 || answers > status.maxParallel)
+    return `Answers at once must be a whole number from 1 to ${status.maxParallel}.`;
+  return answers;
+}
+
 /** The port as typed, or why it cannot be used. */
 export function parsePort(text: string, status: LocalApiStatus): number | string {
   const port = Number(text.trim());
@@ -128,6 +136,7 @@ export class LocalApiPanel {
       port: status.port,
       allowedOrigins: status.allowedOrigins,
       verbose: status.verbose,
+      parallel: status.parallel,
       ...patch,
     };
     void this.run(() => this.handlers.set(change));
@@ -200,6 +209,7 @@ export class LocalApiPanel {
         this.copyButton("address", status.address),
       ),
       this.portRow(status),
+      this.parallelRow(status),
       this.keyRow(key),
       this.originsRow(status),
       this.verboseRow(status),
@@ -277,6 +287,39 @@ export class LocalApiPanel {
         "p",
         { class: "field-help" },
         `${status.defaultPort} unless changed. A port in use by another program is refused, never swapped.`,
+      ),
+    );
+  }
+
+  private parallelRow(status: LocalApiStatus): HTMLElement {
+    const input = el("input", {
+      type: "number",
+      id: "local-api-parallel",
+      "data-testid": "local-api-parallel",
+      min: "1",
+      max: String(status.maxParallel),
+      step: "1",
+      disabled: this.busy,
+    });
+    input.value = String(status.parallel);
+    input.addEventListener("change", () => {
+      const parallel = parseParallel(input.value, status);
+      if (typeof parallel === "string") {
+        this.error = parallel;
+        this.render();
+        return;
+      }
+      this.change({ parallel });
+    });
+    return el(
+      "div",
+      { class: "field" },
+      el("label", { for: "local-api-parallel" }, "Answers at once"),
+      input,
+      el(
+        "p",
+        { class: "field-help" },
+        `${status.defaultParallel} unless changed. Requests beyond it wait for one to end; your own chats never wait. Each answer is the one it would be alone.`,
       ),
     );
   }
