@@ -12,9 +12,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use api::{ApiConfig, ApiKey, ServedModel, Server, DEFAULT_PORT};
-use engine::serve::{DEFAULT_PARALLEL, MAX_PARALLEL};
 use chats::Store;
 use engine::sampler::SamplerConfig;
+use engine::serve::{DEFAULT_PARALLEL, MAX_PARALLEL};
 use engine::worker::Engine;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;

@@ -520,10 +520,10 @@ fn four_api_streams_and_the_windows_answer_are_written_at_once() {
         stream.read_to_string(&mut rest).unwrap();
         let usage = rest
             .lines()
+            .rev()
             .filter_map(|l| l.strip_prefix("data: "))
             .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-            .filter_map(|chunk| chunk.get("usage").filter(|u| !u.is_null()).cloned())
-            .last()
+            .find_map(|chunk| chunk.get("usage").filter(|u| !u.is_null()).cloned())
             .expect("a usage chunk");
         assert_eq!(usage["completion_tokens"].as_u64(), Some(TOKENS), "{usage}");
         assert_eq!(
