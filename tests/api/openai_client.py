@@ -6,7 +6,8 @@ checks what the client got, not only that it did not raise: the model list, a pl
 its usage (and the prompt cache on a repeat), a streamed answer about an image with the usage
 chunk, tools and a tool's result, forced calls (`tool_choice` named and required, the SDK's
 `parse()` and stream helper with a pydantic tool), thinking turned on, `responses.create` and `responses.stream`
-(text, events, usage), a wrong key, an unknown model and a prompt too long for the context;
+(text, events, usage), four streams at once (each its own answer and usage), a wrong key, an
+unknown model and a prompt too long for the context;
 LangChain's invoke and stream agree; a second server on the same port is refused in words. Then
 SIGTERM (what Ctrl+C does) stops the server cleanly.
 
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import zlib
 from typing import Literal
 
@@ -209,6 +211,48 @@ WEATHER = {
 }
 
 
+def at_once(client: OpenAI) -> None:
+    """Four streams from four threads at once: each ends with its own usage and is the answer
+    it gets alone (greedy), and all four were streaming before the first of them ended."""
+    def prompt(k: int) -> list[dict]:
+        return [{"role": "user", "content": f"Describe a city, number {k + 1}."}]
+
+    alone = [
+        client.chat.completions.create(model=MODEL, messages=prompt(k), max_tokens=20, temperature=0)
+        for k in range(4)
+    ]
+    results: list[dict] = [{} for _ in range(4)]
+
+    def stream(k: int) -> None:
+        text, usage, first = "", None, None
+        for chunk in client.chat.completions.create(
+            model=MODEL, messages=prompt(k), max_tokens=20, temperature=0, stream=True,
+            stream_options={"include_usage": True},
+        ):
+            if chunk.usage is not None:
+                usage = chunk.usage
+            for c in chunk.choices:
+                if c.delta.content:
+                    first = first or time.monotonic()
+                    text += c.delta.content
+        results[k] = {"text": text, "usage": usage, "first": first, "last": time.monotonic()}
+
+    threads = [threading.Thread(target=stream, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    check(all(r.get("usage") is not None for r in results), "four streams at once all ended with a usage chunk")
+    check(all(r["text"] == a.choices[0].message.content for r, a in zip(results, alone)),
+          "each of four streams at once is the answer it gets alone (greedy)")
+    check(all(r["usage"].completion_tokens == a.usage.completion_tokens
+              and r["usage"].total_tokens == r["usage"].prompt_tokens + r["usage"].completion_tokens
+              for r, a in zip(results, alone)), "each counts its own tokens")
+    first_end = min(r["last"] for r in results)
+    check(all(r["first"] is not None and r["first"] <= first_end for r in results),
+          "all four were streaming before the first of them ended")
+
+
 def tools_and_thinking(client: OpenAI) -> None:
     ask = [{"role": "user", "content": "Weather in Paris?"}]
     plain = client.chat.completions.create(model=MODEL, messages=ask, max_tokens=1, temperature=0)
@@ -371,7 +415,9 @@ def main() -> int:
         log = open(os.path.join(tmp, "stderr"), "w+")
         server, base_url = start(args.cli, args.model, key_file, log)
         try:
-            run(OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=300), base_url)
+            client = OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=300)
+            run(client, base_url)
+            at_once(client)
             langchain(base_url, key)
             if args.node:
                 node_client(args.node, base_url, key)

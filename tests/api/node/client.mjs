@@ -9,6 +9,8 @@ import OpenAI from "openai";
 import { zodFunction, zodResponseFormat, zodTextFormat } from "openai/helpers/zod";
 import { z } from "zod";
 
+import { prompt, streams } from "./concurrent.mjs";
+
 const baseURL = process.env.GD_BASE_URL;
 const apiKey = process.env.GD_API_KEY;
 const model = process.env.GD_MODEL;
@@ -219,5 +221,35 @@ for await (const _ of long) {
 check(controller.signal.aborted && seen === 3, `the client left the stream after ${seen} chunks`);
 const after = await client.chat.completions.create({ model, messages, max_tokens: 2, temperature: 0 });
 check(after.choices[0].message.content.length >= 0 && after.usage.completion_tokens >= 1, "the next request is answered after an abort");
+
+// Four streams at once: each complete, with its own usage, and the answer it gets alone.
+const together = await streams(client, model, 4, 24);
+const alone = [];
+for (let k = 0; k < 4; k++) {
+  const one = await client.chat.completions.create({
+    model,
+    messages: [{ role: "user", content: prompt(k) }],
+    max_completion_tokens: 24,
+    temperature: 0,
+  });
+  alone.push(one);
+}
+check(
+  together.every((s) => s.usage && s.usage.total_tokens === s.usage.prompt_tokens + s.usage.completion_tokens),
+  "four streams at once each end with their own usage",
+);
+check(
+  together.every((s, k) => s.text === alone[k].choices[0].message.content && s.finish === alone[k].choices[0].finish_reason),
+  "each of four streams at once is the answer it gets alone (greedy)",
+);
+check(
+  together.every((s, k) => s.usage.completion_tokens === alone[k].usage.completion_tokens),
+  "and counts the same tokens",
+);
+const firstEnd = Math.min(...together.map((s) => s.last));
+check(
+  together.every((s) => s.first !== null && s.first <= firstEnd),
+  "all four were streaming before the first of them ended",
+);
 
 console.log("openai node client: all checks passed");

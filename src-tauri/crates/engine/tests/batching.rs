@@ -134,7 +134,19 @@ fn together(m: &LoadedModel, rows: &[Row]) -> (Vec<Vec<u32>>, Vec<StreamEnd>, us
 
 #[test]
 fn every_answer_of_a_batch_is_the_one_it_gives_alone() {
-    let m = load_f32();
+    every_answer_alone(&load_f32());
+}
+
+/// In the checkpoint's own bfloat16 as well: each row of a step is multiplied as a vector of
+/// its own, as alone (no kernel is chosen by the number of rows).
+#[test]
+fn every_answer_of_a_batch_is_the_one_it_gives_alone_in_bfloat16() {
+    let m = LoadedModel::load(&common::fixture(), &gemma::LoadOptions::default()).unwrap();
+    assert_eq!(m.model.dtype(), mlx_rs::Dtype::Bfloat16);
+    every_answer_alone(&m);
+}
+
+fn every_answer_alone(m: &LoadedModel) {
     let image = test_image();
     let texts = [
         "Hi",
@@ -149,7 +161,7 @@ fn every_answer_of_a_batch_is_the_one_it_gives_alone() {
         .iter()
         .enumerate()
         .map(|(k, text)| Row {
-            prompt: text_prompt(&m, text),
+            prompt: text_prompt(m, text),
             // Greedy and seeded rows side by side; long enough to wrap the sliding window.
             options: if k.is_multiple_of(2) {
                 greedy(40 + 3 * k)
@@ -161,15 +173,15 @@ fn every_answer_of_a_batch_is_the_one_it_gives_alone() {
         })
         .collect();
     rows.push(Row {
-        prompt: image_prompt(&m, image),
+        prompt: image_prompt(m, image),
         options: seeded(36, 99),
         joins_at: 2,
         stopped_at: None,
     });
-    let (ids, ends, widest) = together(&m, &rows);
+    let (ids, ends, widest) = together(m, &rows);
     assert_eq!(widest, 8, "all eight rows ran in one step at some point");
     for (k, row) in rows.iter().enumerate() {
-        let alone = solo(&m, &row.prompt, &row.options);
+        let alone = solo(m, &row.prompt, &row.options);
         assert!(!alone.is_empty());
         assert_eq!(ids[k], alone, "row {k} differs from its solo run");
         assert_ne!(ends[k], StreamEnd::Cancelled);

@@ -105,13 +105,16 @@ impl Linear {
     }
 
     /// Applies the layer to `x` (`[..., in]` → `[..., out]`). A quantized layer given at least as
-    /// many rows as `tuning.dense_from` names for `x`'s dtype dequantizes its weights and runs
-    /// a dense matmul (the same values up to rounding, through a faster kernel there).
+    /// many positions per sequence as `tuning.dense_from` names for `x`'s dtype dequantizes its
+    /// weights and runs a dense matmul (the same values up to rounding, through a faster kernel
+    /// there).
     pub fn forward(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
+        // Rows per sequence decide: a decode step of several sequences (`[n, 1, in]`) is n
+        // vectors, multiplied as each alone would be.
         let dense = tuning
             .dense_from
             .rows(x.dtype())
-            .is_some_and(|min| rows(x) >= min);
+            .is_some_and(|min| positions(x) >= min);
         match tuning.dense_bucket() {
             Some(bucket) if dense => self.forward_dense_padded(x, bucket, tuning.cpu_lanes),
             _ if !dense => self.forward_rows(x, tuning),
@@ -224,6 +227,15 @@ thread_local! {
 }
 
 /// Input rows of `x` (`[..., in]`): the product of its leading dimensions.
+/// Positions per sequence of `x` (`[..., positions, in]`).
+fn positions(x: &Array) -> usize {
+    let shape = x.shape();
+    match shape.len() {
+        0 | 1 => 1,
+        n => shape[n - 2].max(0) as usize,
+    }
+}
+
 fn rows(x: &Array) -> usize {
     let shape = x.shape();
     shape[..shape.len().saturating_sub(1)]

@@ -336,7 +336,8 @@ impl TextModel {
             )));
         }
         let hidden = self.config.hidden_size as i32;
-        let h = self.embed(ids, &[])?;
+        // One position per sequence (`[n, 1, hidden]`): each row is multiplied as alone.
+        let h = self.embed(ids, &[])?.reshape(&[n as i32, 1, hidden])?;
         // Per-layer inputs `[1, n, layers, width]` → one position per row.
         let per_layer_inputs = self
             .per_layer_inputs(ids, &h, false, tuning)?
@@ -345,7 +346,7 @@ impl TextModel {
                 p.reshape(&[n as i32, 1, shape[2], shape[3]])
             })
             .transpose()?;
-        let mut h = h.reshape(&[n as i32, 1, hidden])?;
+        let mut h = h;
         let offsets: Vec<usize> = caches
             .iter()
             .map(|c| c.first().map(|c| c.offset()).unwrap_or(0))
