@@ -5,6 +5,7 @@
                                 [--image-size 960x672]
     reference_worker.py run --plan PLAN.json
     reference_worker.py mtp --plan PLAN.json --drafter DIR [--block 4]
+    reference_worker.py batch --plan BATCH_PLAN.json [--dtype float32]
 
 `prepare` writes the plan both engines execute: token ids of every prompt (so both sides see
 exactly the same ids), the benchmark image, and the follow-up turn. `run` loads mlx-vlm, runs the
@@ -345,6 +346,66 @@ def cmd_run(args) -> None:
     print()
 
 
+# ---------------------------------------------------------------------------------- batch
+def cmd_batch(args) -> None:
+    """mlx-vlm's continuous batching (`BatchGenerator`, what `mlx_vlm server` batches with) on
+    the batch plan `bench/batch.py` writes, measured as our `gemma-desk-bench --batch`: for each
+    number of streams, that many prompts inserted at once, greedy, end of sequence disabled;
+    aggregate tokens/s from the step after every stream's first token to the last. Each count
+    runs once untimed first."""
+    import mlx.core as mx
+    from mlx.utils import tree_map
+    from mlx_vlm import load
+    from mlx_vlm.generate.ar import BatchGenerator
+
+    plan = json.loads(args.plan.read_text())
+    model, processor = load(plan["model"])
+    if args.dtype:
+        target = getattr(mx, args.dtype)
+        model.update(
+            tree_map(lambda a: a.astype(target) if mx.issubdtype(a.dtype, mx.floating) else a, model.parameters())
+        )
+        mx.eval(model.parameters())
+    processor.tokenizer.stopping_criteria = NeverStop()
+
+    def together(prompts: list[list[int]], decode: int) -> tuple[int, float]:
+        # As mlx-vlm's own `batch_generate` feeds its generator: embeddings of the ids (the
+        # prompts are of one length: no padding), split per row.
+        from mlx_vlm.generate.ar import _split_prompt_kwargs_per_row
+
+        n = len(prompts)
+        input_ids = mx.array(prompts)
+        embedded = model.get_input_embeddings(input_ids, None, mask=None)
+        kwargs = {k: v for k, v in embedded.to_dict().items() if v is not None}
+        generator = BatchGenerator(
+            model.language_model, processor, max_tokens=decode, completion_batch_size=n,
+            prefill_batch_size=n, compute_logprobs=False,
+        )
+        generator.insert(input_ids, decode, prompt_kwargs=_split_prompt_kwargs_per_row(kwargs, n))
+        counts: dict[int, int] = {}
+        start, tokens = None, 0
+        while generator.has_work:
+            _, responses = generator.next()
+            for r in responses:
+                counts[r.uid] = counts.get(r.uid, 0) + 1
+                if start is not None:
+                    tokens += 1
+            if start is None and len(counts) == n:
+                start = time.perf_counter()
+        generator.close()
+        return tokens, time.perf_counter() - start
+
+    aggregate = {}
+    for n in plan["streams"]:
+        together(plan["prompts"][:n], 4)
+        tokens, secs = together(plan["prompts"][:n], plan["decode"])
+        print(f"mlx-vlm batch: {n} streams: {tokens / secs:.1f} tok/s together", file=sys.stderr)
+        aggregate[str(n)] = {"tokens": tokens, "seconds": secs, "tokens_per_second": tokens / secs}
+    dtype = str(model.language_model.model.norm.weight.dtype).replace("mlx.core.", "")
+    json.dump({"engine": "mlx-vlm", "dtype": dtype, "decode": plan["decode"], "aggregate": aggregate}, sys.stdout)
+    print()
+
+
 # ---------------------------------------------------------------------------------- mtp
 def cmd_mtp(args) -> None:
     """mlx-vlm's MTP speculative decoding on the plan's decode prompt, measured as our bench's
@@ -514,6 +575,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--block", type=int, default=4)
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="cast every float parameter after loading")
     p.set_defaults(run=cmd_mtp)
+    p = sub.add_parser("batch", help="mlx-vlm's BatchGenerator on a batch plan, print JSON")
+    p.add_argument("--plan", required=True, type=Path)
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], help="cast every float parameter after loading")
+    p.set_defaults(run=cmd_batch)
     args = root.parse_args(argv)
     args.run(args)
 

@@ -60,9 +60,7 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -885,7 +883,7 @@ class Scenario:
             steps.shot("nothing-to-paste")
             win.click(f'{testid("pending-attachment")} button', "the pasted image's Remove button")
 
-        with steps.step("Settings → Local API: on, called with the panel's key while the window's chat streams; both answers complete"):
+        with steps.step("Settings → Local API: on; four streams of the Node SDK with the panel's key and the window's chat are written at once; all complete"):
             win.set_settings({"maxTokens": str(SHORT_ANSWER)})
             win.click(testid("settings"), "the Settings button")
 
@@ -921,42 +919,50 @@ class Scenario:
             check(status.startswith("API:"), f"the status bar shows {status!r}")
 
             model_id = state.removeprefix("On: serving ").split(".")[0]
-            replies: list[tuple[int, dict]] = []
-
-            def call_api() -> None:
-                body = json.dumps({
-                    "model": model_id,
-                    "messages": [{"role": "user", "content": "Hello from another program"}],
-                    "max_tokens": 16,
-                }).encode()
-                request = urllib.request.Request(
-                    f"{address}/chat/completions", data=body, method="POST",
-                    headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-                )
-                with urllib.request.urlopen(request, timeout=ANSWER_TIMEOUT) as response:
-                    replies.append((response.status, json.loads(response.read())))
-
-            before = {m.id for m in win.messages()}
-            win.send(FIRST_MESSAGE)
-            wait_streaming(win, before, 2, ANSWER_TIMEOUT)
-            caller = threading.Thread(target=call_api, daemon=True)
-            caller.start()
-            answer, _ = watch_answer(win, before, ANSWER_TIMEOUT)
-            check(answer.status == "complete", f"the window's answer ended {answer.status!r} beside the API")
-            caller.join(ANSWER_TIMEOUT)
-            check(len(replies) == 1, "the API request got no answer")
-            code, reply = replies[0]
-            content = reply["choices"][0]["message"]["content"]
-            check(code == 200 and isinstance(content, str), f"the API answered {code}: {reply!r}")
-            check(reply["usage"]["completion_tokens"] > 0, f"the API's answer has no tokens: {reply['usage']!r}")
-            # The official openai Node SDK against the app's own server (tests/api/node, the
-            # same checks as against `gemma-desk-cli serve`): a client nobody here wrote.
             node_dir = Path(__file__).resolve().parent.parent / "api" / "node"
             check((node_dir / "node_modules" / "openai").is_dir(),
                   f"the Node SDK is not installed in {node_dir} (make api-node-deps)")
+            node_env = {**os.environ, "GD_BASE_URL": address, "GD_API_KEY": key, "GD_MODEL": model_id}
+
+            # Four streams of the official openai Node SDK at once, and the window's own answer
+            # written beside them (Settings → Local API: four answers at once by default).
+            api_tokens = 160
+            streams = subprocess.Popen(
+                ["node", str(node_dir / "concurrent.mjs")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, env={**node_env, "GD_STREAMS": "4", "GD_MAX_TOKENS": str(api_tokens)},
+            )
+
+            def api_status() -> str:
+                return s.text(win.need(testid("api-status"), "the API in the status bar"))
+
+            wait_for("the status bar saying the API answers four requests", lambda: "(4)" in api_status(),
+                     ANSWER_TIMEOUT)
+            before = {m.id for m in win.messages()}
+            win.send(FIRST_MESSAGE)
+            wait_streaming(win, before, 2, ANSWER_TIMEOUT)
+            beside = api_status()
+            answer, _ = watch_answer(win, before, ANSWER_TIMEOUT)
+            check(answer.status == "complete", f"the window's answer ended {answer.status!r} beside the API")
+            check("(4)" in beside, f"the window's answer streamed while the status bar said {beside!r}")
+            out, err = streams.communicate(timeout=ANSWER_TIMEOUT)
+            check(streams.returncode == 0, f"the Node SDK's four streams failed:\n{out[-2000:]}\n{err[-2000:]}")
+            runs = json.loads(out.strip().splitlines()[-1])
+            check(len(runs) == 4, f"four streams answered, got {len(runs)}")
+            for k, run in enumerate(runs):
+                usage = run["usage"] or {}
+                check(usage.get("completion_tokens") and
+                      usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"],
+                      f"stream {k + 1} ended with its usage {usage!r}")
+                check(run["text"] != "" or run["finish"] == "stop", f"stream {k + 1} wrote {run['text']!r}")
+            first_end = min(run["last"] for run in runs)
+            check(all(run["first"] is not None and run["first"] <= first_end for run in runs),
+                  "the four API streams were written at once")
+            # The official openai Node SDK against the app's own server (tests/api/node, the
+            # same checks as against `gemma-desk-cli serve`): a client nobody here wrote. Faster
+            # answers is on here (the assistant drafts for a lone answer): GD_DRAFTS says so.
             sdk = subprocess.run(
                 ["node", str(node_dir / "client.mjs")], capture_output=True, text=True, timeout=600,
-                env={**os.environ, "GD_BASE_URL": address, "GD_API_KEY": key, "GD_MODEL": model_id},
+                env={**node_env, "GD_DRAFTS": "1"},
             )
             check(sdk.returncode == 0 and "all checks passed" in sdk.stdout,
                   f"the openai Node SDK against the app failed:\n{sdk.stdout[-3000:]}\n{sdk.stderr[-3000:]}")

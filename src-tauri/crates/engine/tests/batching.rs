@@ -392,4 +392,64 @@ mod engine_thread {
         assert_eq!(rest[0].0, busy);
         assert_eq!(rest[0].1.len(), 300, "the long answer went on to its end");
     }
+
+    #[test]
+    fn an_answer_that_drafts_alone_steps_aside_for_a_second_and_both_are_as_alone() {
+        let engine = engine();
+        let drafter = common::fixture().with_file_name("tiny-assistant");
+        engine.set_drafter(Some(&drafter)).unwrap();
+        let m = load_f32();
+        let first = request("Draft this answer", greedy(40));
+        let second = request("And this one", greedy(30));
+        let (tx, rx) = channel();
+        let send = |request: ChatRequest, tx: std::sync::mpsc::Sender<(u64, Event)>| {
+            engine
+                .generate(request, move |e| {
+                    let _ = tx.send((id_of(&e), e));
+                })
+                .unwrap()
+        };
+        let a = send(first.clone(), tx.clone());
+        // The first is under way (drafting) before the second is sent.
+        loop {
+            let (id, event) = rx.recv_timeout(Duration::from_secs(120)).unwrap();
+            if id == a && matches!(event, Event::Delta { .. }) {
+                break;
+            }
+        }
+        let b = send(second.clone(), tx);
+        let mut stats = std::collections::HashMap::new();
+        let mut ids = std::collections::HashMap::<u64, Vec<u32>>::new();
+        while ids.len() < 2 {
+            let (id, event) = rx.recv_timeout(Duration::from_secs(120)).unwrap();
+            match event {
+                Event::Delta { .. } | Event::Prefill { .. } => {}
+                Event::Done {
+                    ids: done, usage, ..
+                } => {
+                    stats.insert(id, usage.speculative);
+                    ids.insert(id, done);
+                }
+                Event::Error { error, .. } => panic!("{error}"),
+            }
+        }
+        let stopped = stats[&a].as_ref().and_then(|s| s.stopped.clone());
+        assert_eq!(stopped.as_deref(), Some("another answer is running"));
+        let alone = |r: &ChatRequest| {
+            let prompt = m.prompt(&r.messages, false, &[]).unwrap();
+            solo(&m, &prompt, &r.options)
+        };
+        // The stream runs on past an end of turn; the answer stops there and leaves it out.
+        for (id, r) in [(a, &first), (b, &second)] {
+            let alone = alone(r);
+            let got = &ids[&id];
+            assert!(
+                alone.starts_with(got),
+                "answer {id} differs from its plain run"
+            );
+            if let Some(&next) = alone.get(got.len()) {
+                assert!(m.specials.is_stop(next), "answer {id} ended early");
+            }
+        }
+    }
 }

@@ -35,8 +35,12 @@ use mlx_rs::{Array, Dtype};
 )]
 struct Cli {
     /// The plan (`bench/reference_worker.py prepare` writes it).
-    #[arg(long, required_unless_present = "api_overhead")]
+    #[arg(long, required_unless_present_any = ["api_overhead", "batch"])]
     plan: Option<PathBuf>,
+    /// Instead of the plan: several answers at once (`tools::batch`), from the batch plan
+    /// `bench/batch.py` writes.
+    #[arg(long, value_name = "BATCH_PLAN", conflicts_with_all = ["plan", "api_overhead"])]
+    batch: Option<PathBuf>,
     /// Instead of the plan: the local API's cost over the engine for the model in this folder
     /// (`tools::api_overhead`): the same greedy request straight to the engine and over HTTP.
     #[arg(long, value_name = "MODEL_DIR", conflicts_with = "plan")]
@@ -510,6 +514,15 @@ fn main() -> Result<()> {
             reps: cli.api_reps.max(1),
         })?;
         println!("{result}");
+        return Ok(());
+    }
+    if let Some(path) = &cli.batch {
+        let plan = tools::batch::Plan::read(path)?;
+        let load = LoadOptions {
+            dtype,
+            ..LoadOptions::default()
+        };
+        println!("{}", tools::batch::run(&plan, &load)?);
         return Ok(());
     }
     let plan_path = cli.plan.as_ref().context("--plan is required")?;
