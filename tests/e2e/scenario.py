@@ -941,6 +941,7 @@ class Scenario:
             win.send(FIRST_MESSAGE)
             wait_streaming(win, before, 2, ANSWER_TIMEOUT)
             beside = api_status()
+            steps.shot("window-beside-four-api-answers")
             answer, _ = watch_answer(win, before, ANSWER_TIMEOUT)
             check(answer.status == "complete", f"the window's answer ended {answer.status!r} beside the API")
             check("(4)" in beside, f"the window's answer streamed while the status bar said {beside!r}")
