@@ -35,20 +35,22 @@ pub(crate) struct Job {
     pub events: Box<dyn FnMut(Event) + Send>,
 }
 
-/// The sessions kept between answers, most recently used last: at most `limit`, the oldest
-/// dropped first. An answer takes the one of its conversation that shares the longest prefix
-/// with its prompt (API requests share one conversation name, so two clients' histories each
-/// find their own), or a new one.
+/// The sessions kept between answers, most recently used last: one per answer that may run at
+/// once and one more (so that the window's conversation outlasts a full round of API answers),
+/// the oldest dropped first. An answer takes the one of its conversation that shares the longest
+/// prefix with its prompt (API requests share one conversation name, so two clients' histories
+/// each find their own), or a new one.
 pub(crate) struct Sessions {
     kept: Vec<(String, Session)>,
     limit: usize,
 }
 
 impl Sessions {
-    pub fn new(limit: usize) -> Self {
+    /// Sessions for `parallel` answers at once.
+    pub fn new(parallel: usize) -> Self {
         Self {
             kept: Vec::new(),
-            limit: limit.max(1),
+            limit: parallel.max(1) + 1,
         }
     }
 
@@ -56,8 +58,9 @@ impl Sessions {
         self.kept.clear();
     }
 
-    pub fn set_limit(&mut self, limit: usize) {
-        self.limit = limit.max(1);
+    /// Now `parallel` answers may run at once.
+    pub fn set_parallel(&mut self, parallel: usize) {
+        self.limit = parallel.max(1) + 1;
         self.trim();
     }
 

@@ -767,7 +767,7 @@ fn run(
             }
             Command::SetParallel { answers } => {
                 parallel = answers;
-                sessions.set_limit(answers);
+                sessions.set_parallel(answers);
             }
             Command::Generate {
                 id,
@@ -799,6 +799,16 @@ fn run(
                 batch.start(job, &mut sessions);
                 loop {
                     waiting.extend(inbox.try_iter());
+                    // A new number of answers at once applies at once (it is no barrier).
+                    waiting.retain(|command| match command {
+                        Command::SetParallel { answers } => {
+                            parallel = *answers;
+                            sessions.set_parallel(*answers);
+                            queue.taken();
+                            false
+                        }
+                        _ => true,
+                    });
                     while let Some(job) = joining(&mut waiting, &batch, parallel) {
                         queue.taken();
                         batch.start(job, &mut sessions);

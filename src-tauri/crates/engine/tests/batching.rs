@@ -452,4 +452,32 @@ mod engine_thread {
             }
         }
     }
+
+    #[test]
+    fn more_answers_at_once_take_effect_while_answers_run() {
+        let engine = engine();
+        engine.set_parallel(1).unwrap();
+        let long = request("Write forever.", greedy(2000));
+        let short = request("Hi", greedy(8));
+        let log = send_all(&engine, vec![long, short], None);
+        // The first streams; the second waits for its place.
+        let (long_id, _) = log.recv_timeout(Duration::from_secs(120)).unwrap();
+        let mut seen = 0;
+        while seen < 5 {
+            let (id, event) = log.recv_timeout(Duration::from_secs(120)).unwrap();
+            assert_eq!(id, long_id, "the second started with one place: {event:?}");
+            seen += usize::from(matches!(event, Event::Delta { .. }));
+        }
+        engine.set_parallel(2).unwrap();
+        loop {
+            let (id, event) = log.recv_timeout(Duration::from_secs(120)).unwrap();
+            match event {
+                Event::Done { .. } if id == long_id => panic!("the long answer ended first"),
+                Event::Done { .. } => break,
+                _ => {}
+            }
+        }
+        engine.cancel(long_id);
+        engine.set_parallel(4).unwrap();
+    }
 }
