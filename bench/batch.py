@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import HERE, ROOT, commit, machine, run_worker
+from bench import HERE, ROOT, append_entry, commit, machine, run_worker
 
 REFERENCE = HERE / "reference_worker.py"
 CORPUS = ROOT / "tests" / "fixtures" / "corpus.txt"
@@ -110,8 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     print(entry)
     (raw / "runs.json").write_text(json.dumps(runs, indent=1))
     if args.results:
-        existing = args.results.read_text() if args.results.exists() else "# Benchmark results\n"
-        args.results.write_text(existing.rstrip("\n") + "\n\n" + entry)
+        append_entry(args.results, entry)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,12 @@ def evict(model: Path) -> None:
 FAILURES: dict[str, list[str]] = {}
 
 
+def append_entry(results: Path, entry: str) -> None:
+    """Appends `entry` to the results file (made with its title when missing)."""
+    existing = results.read_text() if results.exists() else "# Benchmark results\n"
+    results.write_text(existing.rstrip("\n") + "\n\n" + entry)
+
+
 def run_worker(command: list[str], raw: Path, tag: str, engine: str, attempts: int = 3) -> dict:
     """Runs one worker process; a process that fails is started again (at most `attempts` in
     all), and every failure is kept for the results entry: a crash is reported, never hidden."""
@@ -297,8 +303,7 @@ def main(argv: list[str] | None = None) -> None:
     print(entry)
     (raw / "summary.json").write_text(json.dumps(summary, indent=1))
     if args.results:
-        existing = args.results.read_text() if args.results.exists() else "# Benchmark results\n"
-        args.results.write_text(existing.rstrip("\n") + "\n\n" + entry)
+        append_entry(args.results, entry)
 
 
 if __name__ == "__main__":

@@ -138,6 +138,44 @@ fn key(status: &LocalApiStatus) -> String {
     status.key.clone().expect("a key once switched on")
 }
 
+/// Sends `text` from the window (greedy, at most `max_tokens`): its generation id.
+fn send_from_window(state: &AppState, text: &str, max_tokens: u32) -> u64 {
+    let settings = Settings {
+        max_tokens,
+        temperature: 0.0,
+        ..Settings::default()
+    };
+    state
+        .chat
+        .send(
+            SendRequest {
+                conversation_id: None,
+                text: text.into(),
+                attachment_ids: vec![],
+                system_prompt: None,
+            },
+            &settings,
+        )
+        .unwrap()
+        .generation_id
+}
+
+/// Waits (up to `within`) until the window's generation `id` is done: when it was seen done.
+fn window_done(events: &Recorder, id: u64, within: Duration) -> Instant {
+    let deadline = Instant::now() + within;
+    loop {
+        let done = events.all().iter().any(|e| {
+            matches!(e, Recorded::Generation(GenerationEvent::Done { generation_id, .. })
+                if *generation_id == id)
+        });
+        if done {
+            return Instant::now();
+        }
+        assert!(Instant::now() < deadline, "the window's answer never ended");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 #[test]
 fn switched_on_in_settings_it_answers_with_the_key_and_refuses_a_busy_port_in_words() {
     let dir = tempfile::tempdir().unwrap();
@@ -396,38 +434,9 @@ fn the_windows_chat_runs_before_api_requests_already_queued() {
     std::thread::sleep(Duration::from_millis(100));
 
     // The window sends; then the running API answer's client leaves.
-    let settings = Settings {
-        max_tokens: 4,
-        temperature: 0.0,
-        ..Settings::default()
-    };
-    let sent = state
-        .chat
-        .send(
-            SendRequest {
-                conversation_id: None,
-                text: "Hello from the window".into(),
-                attachment_ids: vec![],
-                system_prompt: None,
-            },
-            &settings,
-        )
-        .unwrap();
+    let sent = send_from_window(&state, "Hello from the window", 4);
     drop(running);
-    let window_done = loop {
-        let done = events.all().iter().any(|e| {
-            matches!(e, Recorded::Generation(GenerationEvent::Done { generation_id, .. })
-                if *generation_id == sent.generation_id)
-        });
-        if done {
-            break Instant::now();
-        }
-        assert!(
-            Instant::now() < deadline + Duration::from_secs(90),
-            "the window's answer never ended"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    };
+    let window_done = window_done(&events, sent, Duration::from_secs(120));
     let (reply, api_done) = queued.join().unwrap();
     assert!(
         events
@@ -479,35 +488,8 @@ fn four_api_streams_and_the_windows_answer_are_written_at_once() {
     }
 
     // The window's answer is written beside them and ends while they all still run.
-    let settings = Settings {
-        max_tokens: 6,
-        temperature: 0.0,
-        ..Settings::default()
-    };
-    let sent = state
-        .chat
-        .send(
-            SendRequest {
-                conversation_id: None,
-                text: "Hello from the window".into(),
-                attachment_ids: vec![],
-                system_prompt: None,
-            },
-            &settings,
-        )
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let done = events.all().iter().any(|e| {
-            matches!(e, Recorded::Generation(GenerationEvent::Done { generation_id, .. })
-                if *generation_id == sent.generation_id)
-        });
-        if done {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the window's answer never ended");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let sent = send_from_window(&state, "Hello from the window", 6);
+    window_done(&events, sent, Duration::from_secs(120));
     assert_eq!(
         state.local_api.status().answering,
         4,

@@ -32,3 +32,14 @@ export function uniqueId(prefix: string): string {
   nextId += 1;
   return `${prefix}-${nextId}`;
 }
+
+/** A checkbox with its label beside it (the label names the box by its `id`), and whatever
+ * follows below it (help, an error). */
+export function checkboxField(input: HTMLInputElement, label: string, ...below: Child[]): HTMLDivElement {
+  return el(
+    "div",
+    { class: "field checkbox" },
+    el("div", { class: "field-row" }, input, el("label", { for: input.id }, label)),
+    ...below,
+  );
+}

@@ -9,7 +9,7 @@ import OpenAI from "openai";
 import { zodFunction, zodResponseFormat, zodTextFormat } from "openai/helpers/zod";
 import { z } from "zod";
 
-import { prompt, streams } from "./concurrent.mjs";
+import { collect, prompt, streams } from "./concurrent.mjs";
 
 const baseURL = process.env.GD_BASE_URL;
 const apiKey = process.env.GD_API_KEY;
@@ -85,18 +85,7 @@ const stream = await client.chat.completions.create({
   stream: true,
   stream_options: { include_usage: true },
 });
-let streamed = "";
-let usage = null;
-let finish = null;
-let chunks = 0;
-for await (const chunk of stream) {
-  chunks += 1;
-  if (chunk.usage) usage = chunk.usage;
-  for (const c of chunk.choices) {
-    streamed += c.delta.content ?? "";
-    if (c.finish_reason) finish = c.finish_reason;
-  }
-}
+const { text: streamed, usage, finish, chunks } = await collect(stream);
 check(chunks >= 3, `the answer streamed in ${chunks} chunks`);
 check(streamed === choice.message.content, "the streamed text equals the whole answer (greedy)");
 check(finish === choice.finish_reason, "the stream ends with the same finish_reason");

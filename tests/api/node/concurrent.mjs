@@ -10,6 +10,28 @@ export function prompt(k) {
   return `Tell me a story, part ${k + 1}.`;
 }
 
+/** What a chat-completions stream brought: its text, usage chunk, finish reason, how many chunks,
+ * and when its first text and its end came (ms since the epoch). */
+export async function collect(stream) {
+  let text = "";
+  let usage = null;
+  let finish = null;
+  let first = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks += 1;
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      if (c.delta.content) {
+        first ??= Date.now();
+        text += c.delta.content;
+      }
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  return { text, usage, finish, chunks, first, last: Date.now() };
+}
+
 /** Runs `n` greedy streams at once; resolves when all have ended. */
 export async function streams(client, model, n, maxTokens) {
   return Promise.all(
@@ -22,21 +44,7 @@ export async function streams(client, model, n, maxTokens) {
         stream: true,
         stream_options: { include_usage: true },
       });
-      let text = "";
-      let usage = null;
-      let finish = null;
-      let first = null;
-      for await (const chunk of stream) {
-        if (chunk.usage) usage = chunk.usage;
-        for (const c of chunk.choices) {
-          if (c.delta.content) {
-            first ??= Date.now();
-            text += c.delta.content;
-          }
-          if (c.finish_reason) finish = c.finish_reason;
-        }
-      }
-      return { text, usage, finish, first, last: Date.now() };
+      return collect(stream);
     }),
   );
 }

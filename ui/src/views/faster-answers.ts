@@ -4,7 +4,7 @@
  * one), or why the one found cannot be used.
  */
 import { errorMessage, type FasterAnswers } from "../api";
-import { el } from "../dom";
+import { checkboxField, el } from "../dom";
 import { formatBytes, formatEta, formatSpeed } from "../format";
 
 export interface FasterPanelHandlers {
@@ -80,16 +80,7 @@ export class FasterPanel {
     });
     this.element.replaceChildren(
       el("h2", { id: "faster-panel-title" }, "Faster answers"),
-      el(
-        "div",
-        { class: "field checkbox" },
-        el(
-          "div",
-          { class: "field-row" },
-          toggle,
-          el("label", { for: "faster-answers" }, "Draft answers with Gemma 4's assistant model"),
-        ),
-      ),
+      checkboxField(toggle, "Draft answers with Gemma 4's assistant model"),
       el(
         "p",
         { class: "field-help", id: "faster-status", "data-testid": "faster-status", role: "status" },

@@ -4,7 +4,7 @@
  * origins, ready-to-paste examples, and the live request log.
  */
 import { errorMessage, type ApiLogEntry, type LocalApiChange, type LocalApiStatus } from "../api";
-import { el } from "../dom";
+import { checkboxField, el } from "../dom";
 
 export interface LocalApiHandlers {
   load(): Promise<LocalApiStatus>;
@@ -160,16 +160,7 @@ export class LocalApiPanel {
     toggle.addEventListener("change", () => this.change({ enabled: toggle.checked }));
     this.element.replaceChildren(
       title,
-      el(
-        "div",
-        { class: "field checkbox" },
-        el(
-          "div",
-          { class: "field-row" },
-          toggle,
-          el("label", { for: "local-api-enabled" }, "Serve the model to other programs on this computer"),
-        ),
-      ),
+      checkboxField(toggle, "Serve the model to other programs on this computer"),
       el(
         "p",
         { class: "field-help", id: "local-api-state", "data-testid": "local-api-state", role: "status" },
@@ -259,68 +250,68 @@ export class LocalApiPanel {
   }
 
   private portRow(status: LocalApiStatus): HTMLElement {
-    const input = el("input", {
-      type: "number",
-      id: "local-api-port",
-      "data-testid": "local-api-port",
-      min: String(status.minPort),
-      max: String(status.maxPort),
-      step: "1",
-      disabled: this.busy,
+    return this.numberRow({
+      id: "port",
+      label: "Port",
+      value: status.port,
+      min: status.minPort,
+      max: status.maxPort,
+      help: `${status.defaultPort} unless changed. A port in use by another program is refused, never swapped.`,
+      parse: (text) => parsePort(text, status),
+      apply: (port) => this.change({ port }),
     });
-    input.value = String(status.port);
-    input.addEventListener("change", () => {
-      const port = parsePort(input.value, status);
-      if (typeof port === "string") {
-        this.error = port;
-        this.render();
-        return;
-      }
-      this.change({ port });
-    });
-    return el(
-      "div",
-      { class: "field" },
-      el("label", { for: "local-api-port" }, "Port"),
-      input,
-      el(
-        "p",
-        { class: "field-help" },
-        `${status.defaultPort} unless changed. A port in use by another program is refused, never swapped.`,
-      ),
-    );
   }
 
   private parallelRow(status: LocalApiStatus): HTMLElement {
+    return this.numberRow({
+      id: "parallel",
+      label: "Answers at once",
+      value: status.parallel,
+      min: 1,
+      max: status.maxParallel,
+      help: `${status.defaultParallel} unless changed. Requests beyond it wait for one to end; your own chats never wait. Each answer is the one it would be alone.`,
+      parse: (text) => parseParallel(text, status),
+      apply: (parallel) => this.change({ parallel }),
+    });
+  }
+
+  /** A whole-number field applied when left: a value `parse` refuses is said, not sent. */
+  private numberRow(field: {
+    id: string;
+    label: string;
+    value: number;
+    min: number;
+    max: number;
+    help: string;
+    parse: (text: string) => number | string;
+    apply: (value: number) => void;
+  }): HTMLElement {
+    const id = `local-api-${field.id}`;
     const input = el("input", {
       type: "number",
-      id: "local-api-parallel",
-      "data-testid": "local-api-parallel",
-      min: "1",
-      max: String(status.maxParallel),
+      id,
+      "data-testid": id,
+      min: String(field.min),
+      max: String(field.max),
       step: "1",
       disabled: this.busy,
     });
-    input.value = String(status.parallel);
+    input.value = String(field.value);
     input.addEventListener("change", () => {
-      const parallel = parseParallel(input.value, status);
-      if (typeof parallel === "string") {
-        this.error = parallel;
+      const value = field.parse(input.value);
+      if (typeof value === "string") {
+        this.error = value;
         this.render();
         return;
       }
-      this.change({ parallel });
+      field.apply(value);
     });
     return el(
       "div",
       { class: "field" },
-      el("label", { for: "local-api-parallel" }, "Answers at once"),
+      el("label", { for: id }, field.label),
       input,
-      el(
-        "p",
-        { class: "field-help" },
-        `${status.defaultParallel} unless changed. Requests beyond it wait for one to end; your own chats never wait. Each answer is the one it would be alone.`,
-      ),
+      el("p", { class: "field-help" }, field.help),
     );
   }
 
@@ -392,16 +383,7 @@ export class LocalApiPanel {
     });
     box.checked = status.verbose;
     box.addEventListener("change", () => this.change({ verbose: box.checked }));
-    return el(
-      "div",
-      { class: "field checkbox" },
-      el(
-        "div",
-        { class: "field-row" },
-        box,
-        el("label", { for: "local-api-verbose" }, "Keep request bodies in the log (verbose)"),
-      ),
-    );
+    return checkboxField(box, "Keep request bodies in the log (verbose)");
   }
 
   private logTable(): HTMLElement {

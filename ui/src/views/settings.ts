@@ -1,6 +1,6 @@
 /** The settings dialog: every generation setting, validated before it is saved. */
 import { errorMessage, type Settings, type SettingsLimits } from "../api";
-import { el, uniqueId } from "../dom";
+import { checkboxField, el, uniqueId } from "../dom";
 import type { Value } from "../store";
 
 /** How the image budgets are offered; a budget not named here shows as its number. */
@@ -372,12 +372,6 @@ export class SettingsDialog {
       "data-testid": "setting-thinking",
     });
     this.inputs.set("thinking", input);
-    return el(
-      "div",
-      { class: "field checkbox" },
-      el("div", { class: "field-row" }, input, el("label", { for: id }, "Thinking")),
-      helpEl,
-      errorEl,
-    );
+    return checkboxField(input, "Thinking", helpEl, errorEl);
   }
 }

@@ -115,6 +115,9 @@ struct Row<'m> {
 pub(crate) struct Batch<'m> {
     m: &'m LoadedModel,
     rows: Vec<Row<'m>>,
+    /// Prompt lengths of requests waiting for memory, by generation id (so that a waiting
+    /// request's prompt is rendered once, not at every step).
+    waiting_prompts: RefCell<HashMap<u64, usize>>,
     markers: Markers,
     running: Running,
 }
@@ -124,6 +127,7 @@ impl<'m> Batch<'m> {
         Self {
             m,
             rows: Vec::new(),
+            waiting_prompts: RefCell::default(),
             markers: Markers::new(&m.tokenizer),
             running,
         }
@@ -138,21 +142,32 @@ impl<'m> Batch<'m> {
     /// memory, what the running answers' caches will still grow by until their limits, and
     /// the new answer's caches at its longest must stay within MLX's memory limit. An answer
     /// that does not fit waits for one to end; the first always runs (as one always did).
-    pub fn fits(&self, request: &ChatRequest) -> bool {
+    /// `id`: the generation's, under which its prompt's length is remembered while it waits.
+    pub fn fits(&self, id: u64, request: &ChatRequest) -> bool {
         if self.rows.is_empty() {
             return true;
         }
         let model = &self.m.model;
-        let Ok(prompt) = self.m.prompt_with_tools(
-            &request.messages,
-            &request.tools,
-            request.thinking,
-            &request.images,
-        ) else {
-            return true; // (refused with its reason once started)
+        let known = self.waiting_prompts.borrow().get(&id).copied();
+        let prompt = match known {
+            Some(tokens) => tokens,
+            None => {
+                let Ok(prompt) = self.m.prompt_with_tools(
+                    &request.messages,
+                    &request.tools,
+                    request.thinking,
+                    &request.images,
+                ) else {
+                    return true; // (refused with its reason once started)
+                };
+                self.waiting_prompts
+                    .borrow_mut()
+                    .insert(id, prompt.ids.len());
+                prompt.ids.len()
+            }
         };
         let options = &request.options;
-        let longest = (prompt.ids.len() + options.max_tokens).min(options.context_window);
+        let longest = (prompt + options.max_tokens).min(options.context_window);
         let growing: usize = self
             .rows
             .iter()
@@ -176,6 +191,7 @@ impl<'m> Batch<'m> {
     /// Starts `job`: its prompt is prefilled (the running answers stepping between chunks)
     /// and it joins the next step. A request that cannot start gets its error event.
     pub fn start(&mut self, mut job: Job, sessions: &mut Sessions) {
+        self.waiting_prompts.get_mut().remove(&job.id);
         let m = self.m;
         let (rows, markers, running) = (&mut self.rows, &self.markers, &self.running);
         let mut longest = 0;

@@ -831,8 +831,8 @@ fn joining(waiting: &mut VecDeque<Command>, batch: &Batch<'_>, parallel: usize) 
     let next = next_to_run(&kinds);
     let joins = match (kinds.get(next)?, waiting.get(next)?) {
         (Kind::GenerateFirst, _) => true,
-        (Kind::Generate, Command::Generate { request, .. }) => {
-            batch.len() < parallel && batch.fits(request)
+        (Kind::Generate, Command::Generate { id, request, .. }) => {
+            batch.len() < parallel && batch.fits(*id, request)
         }
         _ => false,
     };

@@ -228,7 +228,7 @@ fn stopping_one_of_four_leaves_the_others_as_they_are_alone() {
 }
 
 mod engine_thread {
-    use std::sync::mpsc::{channel, Receiver};
+    use std::sync::mpsc::{channel, Receiver, Sender};
     use std::time::Duration;
 
     use super::*;
@@ -246,17 +246,7 @@ mod engine_thread {
         engine
     }
 
-    /// A request as the local API sends it (every API request names the same conversation).
-    fn request(text: &str, options: GenerateOptions) -> ChatRequest {
-        ChatRequest {
-            conversation: "local-api".into(),
-            messages: vec![Message::text(Role::User, text)],
-            images: Vec::new(),
-            thinking: false,
-            tools: Vec::new(),
-            options,
-        }
-    }
+    use common::api_request as request;
 
     /// The events of the generations sent together, tagged with their generation's id.
     type Log = Receiver<(u64, Event)>;
@@ -264,22 +254,20 @@ mod engine_thread {
     fn send_all(engine: &Engine, requests: Vec<ChatRequest>, first: Option<ChatRequest>) -> Log {
         let (tx, rx) = channel();
         for request in requests {
-            let tx = tx.clone();
-            engine
-                .generate(request, move |e| {
-                    let _ = tx.send((id_of(&e), e));
-                })
-                .unwrap();
+            engine.generate(request, logged(&tx)).unwrap();
         }
         if let Some(request) = first {
-            let tx = tx.clone();
-            engine
-                .generate_first(request, move |e| {
-                    let _ = tx.send((id_of(&e), e));
-                })
-                .unwrap();
+            engine.generate_first(request, logged(&tx)).unwrap();
         }
         rx
+    }
+
+    /// An event callback that sends each event to `tx`, tagged with its generation's id.
+    fn logged(tx: &Sender<(u64, Event)>) -> impl FnMut(Event) + Send + 'static {
+        let tx = tx.clone();
+        move |e| {
+            let _ = tx.send((id_of(&e), e));
+        }
     }
 
     fn id_of(event: &Event) -> u64 {
@@ -338,13 +326,15 @@ mod engine_thread {
             let log = send_all(&engine, vec![request(text, options(k))], None);
             alone.push(collect(&log, 1).0.remove(0).1);
         }
+        let requests = || {
+            texts
+                .iter()
+                .enumerate()
+                .map(|(k, t)| request(t, options(k)))
+                .collect()
+        };
         // All at once: the answers are the same, and they stream interleaved.
-        let requests = texts
-            .iter()
-            .enumerate()
-            .map(|(k, t)| request(t, options(k)))
-            .collect();
-        let log = send_all(&engine, requests, None);
+        let log = send_all(&engine, requests(), None);
         let (together, order) = collect(&log, 4);
         let ids: Vec<Vec<u32>> = together.into_iter().map(|(_, ids)| ids).collect();
         assert_eq!(ids, alone);
@@ -352,12 +342,7 @@ mod engine_thread {
 
         // One at a time when so set: no interleaving, the same answers.
         engine.set_parallel(1).unwrap();
-        let requests = texts
-            .iter()
-            .enumerate()
-            .map(|(k, t)| request(t, options(k)))
-            .collect();
-        let log = send_all(&engine, requests, None);
+        let log = send_all(&engine, requests(), None);
         let (one_by_one, order) = collect(&log, 4);
         assert_eq!(switches(&order), 3);
         let ids: Vec<Vec<u32>> = one_by_one.into_iter().map(|(_, ids)| ids).collect();
@@ -376,11 +361,7 @@ mod engine_thread {
             ..request("Hello from the window", greedy(6))
         };
         let (tx, window_log) = channel();
-        let window_id = engine
-            .generate_first(window, move |e| {
-                let _ = tx.send((id_of(&e), e));
-            })
-            .unwrap();
+        let window_id = engine.generate_first(window, logged(&tx)).unwrap();
         let (window_done, _) = collect(&window_log, 1);
         assert_eq!(window_done[0].0, window_id);
         assert!(
@@ -402,14 +383,7 @@ mod engine_thread {
         let first = request("Draft this answer", greedy(40));
         let second = request("And this one", greedy(30));
         let (tx, rx) = channel();
-        let send = |request: ChatRequest, tx: std::sync::mpsc::Sender<(u64, Event)>| {
-            engine
-                .generate(request, move |e| {
-                    let _ = tx.send((id_of(&e), e));
-                })
-                .unwrap()
-        };
-        let a = send(first.clone(), tx.clone());
+        let a = engine.generate(first.clone(), logged(&tx)).unwrap();
         // The first is under way (drafting) before the second is sent.
         loop {
             let (id, event) = rx.recv_timeout(Duration::from_secs(120)).unwrap();
@@ -417,7 +391,7 @@ mod engine_thread {
                 break;
             }
         }
-        let b = send(second.clone(), tx);
+        let b = engine.generate(second.clone(), logged(&tx)).unwrap();
         let mut stats = std::collections::HashMap::new();
         let mut ids = std::collections::HashMap::<u64, Vec<u32>>::new();
         while ids.len() < 2 {

@@ -8,19 +8,11 @@ use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use common::{fixture, greedy};
-use engine::template::{Message, Role};
 use engine::worker::{ChatRequest, Engine, Event};
 use gemma::LoadOptions;
 
 fn request(text: &str) -> ChatRequest {
-    ChatRequest {
-        conversation: "local-api".into(),
-        messages: vec![Message::text(Role::User, text)],
-        images: Vec::new(),
-        thinking: false,
-        tools: Vec::new(),
-        options: greedy(40),
-    }
+    common::api_request(text, greedy(40))
 }
 
 /// The generation of each delta, in order, for two requests sent at once.

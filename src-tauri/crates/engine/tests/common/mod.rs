@@ -29,3 +29,18 @@ pub fn greedy(max_tokens: usize) -> GenerateOptions {
         ..GenerateOptions::default()
     }
 }
+
+/// A request as the local API sends it (every API request names the same conversation).
+pub fn api_request(text: &str, options: GenerateOptions) -> engine::worker::ChatRequest {
+    engine::worker::ChatRequest {
+        conversation: "local-api".into(),
+        messages: vec![engine::template::Message::text(
+            engine::template::Role::User,
+            text,
+        )],
+        images: Vec::new(),
+        thinking: false,
+        tools: Vec::new(),
+        options,
+    }
+}
