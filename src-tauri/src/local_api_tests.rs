@@ -267,7 +267,10 @@ fn switched_on_in_settings_it_answers_with_the_key_and_refuses_a_busy_port_in_wo
         if let (Some(refused), Some(answered)) = (refused, answered) {
             break (refused, answered);
         }
-        assert!(Instant::now() < deadline, "the log lacks a request: {log:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the log lacks a request: {log:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(refused_entry.method, "GET");
