@@ -145,35 +145,100 @@ impl Attention {
             Some(_) => Vec::new(),
             None => self.qkv_proj.forward(x, tuning)?,
         };
+        if n > 1 {
+            return self.rows_at_once(joined.as_ref(), &projected, mask, rows, tuning);
+        }
+        // One sequence alone: the single-sequence graph.
+        let Some(row) = rows.into_iter().next() else {
+            return Err(Error::Input("no sequences to attend".into()));
+        };
+        let (queries, keys, values) = match (&joined, &self.head_scales, row.kv) {
+            (Some(joined), Some(scales), KvInput::Own(cache)) => {
+                self.heads_joined(joined, scales, cache, row.offset)?
+            }
+            (_, _, kv) => self.heads_separate(&projected, kv, row.offset)?,
+        };
+        let (out, kv) = self.attend(&queries, keys, values, mask, tuning)?;
+        Ok((self.o_proj.forward(&out, tuning)?, vec![kv]))
+    }
+
+    /// Several sequences' heads at once: norms, scales and RoPE (with one offset per row) run
+    /// once over every row; only the cache updates and the attention itself, which read each
+    /// row's own cache, run per row. RoPE of a row at offset `p` is the same arithmetic whether
+    /// `p` comes alone or in a vector of offsets, so each row stays exactly what it is alone.
+    fn rows_at_once(
+        &self,
+        joined: Option<&Array>,
+        projected: &[Array],
+        mask: Option<&Array>,
+        rows: Vec<Row<'_>>,
+        tuning: &Tuning,
+    ) -> Result<(Array, Vec<Attended>)> {
+        let n = rows.len();
+        let offsets: Vec<i32> = rows.iter().map(|r| r.offset as i32).collect();
+        let offsets = Array::from_slice(&offsets, &[n as i32]);
+        let (d, heads, kv_heads) = (self.head_dim, self.num_heads, self.num_kv_heads);
+        let (queries, new_kv) = match (joined, &self.head_scales) {
+            (Some(joined), Some(scales)) => {
+                let shape = joined.shape();
+                let (b, len) = (shape[0], shape[1]);
+                let all = fast::rms_norm(joined.reshape(&[b, len, -1, d])?, None, self.eps)?
+                    .multiply(scales)?
+                    .transpose_axes(&[0, 2, 1, 3])?;
+                let roped = self.rope_rows(&all, &offsets)?;
+                let q_k = roped.split_at_indices(&[heads, heads + kv_heads], 1)?;
+                let v = all.split_at_indices(&[heads + kv_heads], 1)?;
+                (q_k[0].clone(), Some((q_k[1].clone(), v[1].clone())))
+            }
+            _ => {
+                let q = projected.first().ok_or_else(|| {
+                    Error::Input(format!("layer {} has no q projection", self.layer))
+                })?;
+                let shape = q.shape();
+                let (b, len) = (shape[0], shape[1]);
+                let queries = q.reshape(&[b, len, heads, d])?;
+                let queries = fast::rms_norm(&queries, Some(&self.q_norm), self.eps)?
+                    .transpose_axes(&[0, 2, 1, 3])?;
+                let queries = self.rope_rows(&queries, &offsets)?;
+                let new_kv = match (&self.k_norm, projected) {
+                    (Some(k_norm), [_, k, v]) => {
+                        let k = k.reshape(&[b, len, kv_heads, d])?;
+                        let v = v.reshape(&[b, len, kv_heads, d])?;
+                        let k = fast::rms_norm(&k, Some(k_norm), self.eps)?
+                            .transpose_axes(&[0, 2, 1, 3])?;
+                        let v =
+                            fast::rms_norm(&v, None, self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
+                        Some((self.rope_rows(&k, &offsets)?, v))
+                    }
+                    _ => None,
+                };
+                (queries, new_kv)
+            }
+        };
         let mut outs = Vec::with_capacity(n);
         let mut attended = Vec::with_capacity(n);
         for (i, row) in rows.into_iter().enumerate() {
-            // One sequence alone takes the arrays whole: its graph is the single-sequence one.
-            let pick = |a: &Array| {
-                if n == 1 {
-                    a.clone()
-                } else {
-                    a.index(i as i32..i as i32 + 1)
+            let at = i as i32..i as i32 + 1;
+            let (keys, values) = match (row.kv, &new_kv) {
+                (KvInput::Own(cache), Some((k, v))) => {
+                    cache.update_and_fetch(k.index(at.clone()), v.index(at.clone()))?
+                }
+                (KvInput::Shared(kv), _) => kv,
+                (KvInput::Own(_), None) => {
+                    return Err(Error::Input(format!(
+                        "layer {} has no K/V projections",
+                        self.layer
+                    )))
                 }
             };
-            let (queries, keys, values) = match (&joined, &self.head_scales, row.kv) {
-                (Some(joined), Some(scales), KvInput::Own(cache)) => {
-                    self.heads_joined(&pick(joined), scales, cache, row.offset)?
-                }
-                (_, _, kv) => {
-                    let parts: Vec<Array> = projected.iter().map(pick).collect();
-                    self.heads_separate(&parts, kv, row.offset)?
-                }
-            };
-            let (out, kv) = self.attend(&queries, keys, values, mask, tuning)?;
+            let (out, kv) = self.attend(&queries.index(at), keys, values, mask, tuning)?;
             outs.push(out);
             attended.push(kv);
         }
-        let out = match outs.len() {
-            1 => outs.pop().unwrap_or_else(|| unreachable!()),
-            _ => concatenate(&outs, 0)?,
-        };
-        Ok((self.o_proj.forward(&out, tuning)?, attended))
+        Ok((
+            self.o_proj.forward(&concatenate(&outs, 0)?, tuning)?,
+            attended,
+        ))
     }
 
     /// The heads of one sequence from the fused q|k|v projection (`[b, T, (heads + 2·kv) · d]`):
@@ -266,6 +331,17 @@ impl Attention {
                 .reshape(&[b, len, width])?
         };
         Ok((out, Some((keys, values))))
+    }
+
+    /// RoPE of `x` (`[rows, heads, T, d]`) with row `i` starting at `offsets[i]`.
+    fn rope_rows(&self, x: &Array, offsets: &Array) -> Result<Array> {
+        let (dims, base, freqs) = match &self.rope {
+            Rope::Default { dims, base } => (*dims, Some(*base), None),
+            Rope::Proportional { dims, .. } => (*dims, None, self.rope_freqs.as_ref()),
+        };
+        Ok(fast::rope_dynamic(
+            x, dims, false, base, 1.0, offsets, freqs,
+        )?)
     }
 
     fn rope(&self, x: &Array, offset: usize) -> Result<Array> {
