@@ -21,6 +21,14 @@ pub(crate) struct Row<'a> {
     pub offset: usize,
 }
 
+/// Where RoPE starts: one sequence's first position, or each row's (`[rows]` int32). RoPE
+/// of a row at position `p` is the same arithmetic either way.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    One(usize),
+    Rows(&'a Array),
+}
+
 /// The keys and values a row attended (`None` where none were), for the layers sharing them.
 pub(crate) type Attended = Option<(Array, Array)>;
 
@@ -118,15 +126,18 @@ impl Attention {
     }
 
     /// Attention of several sequences at once: row `i` of `x` (`[rows, T, hidden]`) belongs to
-    /// `rows[i]`, with its own K/V and positions. The projections run once for every row; the
-    /// heads (norms, RoPE, cache, attention) run per row over that row's own cache, so each
-    /// row's output is exactly what it would be alone. `mask` applies to every row (decode
-    /// rows of one position need none). Returns the output and each row's attended K/V.
+    /// `rows[i]`, with its own K/V and positions. The projections, the per-head norms and RoPE
+    /// run once for every row (`positions`: each row's first position as `[rows]` int32, built
+    /// once per step by the caller; `None` builds it here); the cache update and the attention
+    /// itself run per row over that row's own cache, so each row's output is exactly what it
+    /// would be alone. `mask` applies to every row (decode rows of one position need none).
+    /// Returns the output and each row's attended K/V.
     pub fn forward_rows(
         &self,
         x: &Array,
         mask: Option<&Array>,
         rows: Vec<Row<'_>>,
+        positions: Option<&Array>,
         tuning: &Tuning,
     ) -> Result<(Array, Vec<Attended>)> {
         let n = rows.len();
@@ -145,84 +156,31 @@ impl Attention {
             Some(_) => Vec::new(),
             None => self.qkv_proj.forward(x, tuning)?,
         };
-        if n > 1 {
-            return self.rows_at_once(joined.as_ref(), &projected, mask, rows, tuning);
-        }
-        // One sequence alone: the single-sequence graph.
-        let Some(row) = rows.into_iter().next() else {
-            return Err(Error::Input("no sequences to attend".into()));
-        };
-        let (queries, keys, values) = match (&joined, &self.head_scales, row.kv) {
-            (Some(joined), Some(scales), KvInput::Own(cache)) => {
-                self.heads_joined(joined, scales, cache, row.offset)?
-            }
-            (_, _, kv) => self.heads_separate(&projected, kv, row.offset)?,
-        };
-        let (out, kv) = self.attend(&queries, keys, values, mask, tuning)?;
-        Ok((self.o_proj.forward(&out, tuning)?, vec![kv]))
-    }
-
-    /// Several sequences' heads at once: norms, scales and RoPE (with one offset per row) run
-    /// once over every row; only the cache updates and the attention itself, which read each
-    /// row's own cache, run per row. RoPE of a row at offset `p` is the same arithmetic whether
-    /// `p` comes alone or in a vector of offsets, so each row stays exactly what it is alone.
-    fn rows_at_once(
-        &self,
-        joined: Option<&Array>,
-        projected: &[Array],
-        mask: Option<&Array>,
-        rows: Vec<Row<'_>>,
-        tuning: &Tuning,
-    ) -> Result<(Array, Vec<Attended>)> {
-        let n = rows.len();
-        let offsets: Vec<i32> = rows.iter().map(|r| r.offset as i32).collect();
-        let offsets = Array::from_slice(&offsets, &[n as i32]);
-        let (d, heads, kv_heads) = (self.head_dim, self.num_heads, self.num_kv_heads);
-        let (queries, new_kv) = match (joined, &self.head_scales) {
-            (Some(joined), Some(scales)) => {
-                let shape = joined.shape();
-                let (b, len) = (shape[0], shape[1]);
-                let all = fast::rms_norm(joined.reshape(&[b, len, -1, d])?, None, self.eps)?
-                    .multiply(scales)?
-                    .transpose_axes(&[0, 2, 1, 3])?;
-                let roped = self.rope_rows(&all, &offsets)?;
-                let q_k = roped.split_at_indices(&[heads, heads + kv_heads], 1)?;
-                let v = all.split_at_indices(&[heads + kv_heads], 1)?;
-                (q_k[0].clone(), Some((q_k[1].clone(), v[1].clone())))
-            }
-            _ => {
-                let q = projected.first().ok_or_else(|| {
-                    Error::Input(format!("layer {} has no q projection", self.layer))
-                })?;
-                let shape = q.shape();
-                let (b, len) = (shape[0], shape[1]);
-                let queries = q.reshape(&[b, len, heads, d])?;
-                let queries = fast::rms_norm(&queries, Some(&self.q_norm), self.eps)?
-                    .transpose_axes(&[0, 2, 1, 3])?;
-                let queries = self.rope_rows(&queries, &offsets)?;
-                let new_kv = match (&self.k_norm, projected) {
-                    (Some(k_norm), [_, k, v]) => {
-                        let k = k.reshape(&[b, len, kv_heads, d])?;
-                        let v = v.reshape(&[b, len, kv_heads, d])?;
-                        let k = fast::rms_norm(&k, Some(k_norm), self.eps)?
-                            .transpose_axes(&[0, 2, 1, 3])?;
-                        let v =
-                            fast::rms_norm(&v, None, self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
-                        Some((self.rope_rows(&k, &offsets)?, v))
-                    }
-                    _ => None,
-                };
-                (queries, new_kv)
+        // One sequence alone keeps its scalar offset and takes the arrays whole: its graph is
+        // the single-sequence one.
+        let built;
+        let at = match (n, positions) {
+            (1, _) => At::One(rows[0].offset),
+            (_, Some(positions)) => At::Rows(positions),
+            (_, None) => {
+                let offsets: Vec<i32> = rows.iter().map(|r| r.offset as i32).collect();
+                built = Array::from_slice(&offsets, &[n as i32]);
+                At::Rows(&built)
             }
         };
+        let (queries, new_kv) = self.heads(joined.as_ref(), &projected, at)?;
         let mut outs = Vec::with_capacity(n);
         let mut attended = Vec::with_capacity(n);
         for (i, row) in rows.into_iter().enumerate() {
-            let at = i as i32..i as i32 + 1;
-            let (keys, values) = match (row.kv, &new_kv) {
-                (KvInput::Own(cache), Some((k, v))) => {
-                    cache.update_and_fetch(k.index(at.clone()), v.index(at.clone()))?
+            let pick = |a: &Array| {
+                if n == 1 {
+                    a.clone()
+                } else {
+                    a.index(i as i32..i as i32 + 1)
                 }
+            };
+            let (keys, values) = match (row.kv, &new_kv) {
+                (KvInput::Own(cache), Some((k, v))) => cache.update_and_fetch(pick(k), pick(v))?,
                 (KvInput::Shared(kv), _) => kv,
                 (KvInput::Own(_), None) => {
                     return Err(Error::Input(format!(
@@ -231,51 +189,42 @@ impl Attention {
                     )))
                 }
             };
-            let (out, kv) = self.attend(&queries.index(at), keys, values, mask, tuning)?;
+            let (out, kv) = self.attend(&pick(&queries), keys, values, mask, tuning)?;
             outs.push(out);
             attended.push(kv);
         }
-        Ok((
-            self.o_proj.forward(&concatenate(&outs, 0)?, tuning)?,
-            attended,
-        ))
+        let out = match outs.len() {
+            1 => outs.pop().unwrap_or_else(|| unreachable!()),
+            _ => concatenate(&outs, 0)?,
+        };
+        Ok((self.o_proj.forward(&out, tuning)?, attended))
     }
 
-    /// The heads of one sequence from the fused q|k|v projection (`[b, T, (heads + 2·kv) · d]`):
-    /// one RMSNorm over every head, the q/k scales as one multiply, one RoPE for q and k
-    /// together -- 3 primitives where separate heads take 5. Returns the queries and the K/V
-    /// to attend (the cache updated).
-    fn heads_joined(
+    /// The heads of every row (`[rows, heads, T, d]`) and, in layers that own their K/V, the
+    /// new keys and values, before any cache. From the fused q|k|v projection (`joined`,
+    /// `[rows, T, (heads + 2·kv) · d]`): one RMSNorm over every head, the q/k scales as one
+    /// multiply, one RoPE for q and k together -- 3 primitives where separate heads take 5.
+    /// Otherwise from the separate projections (`[q]`, or `[q, k, v]`).
+    fn heads(
         &self,
-        joined: &Array,
-        scales: &Array,
-        cache: &mut KvCache,
-        offset: usize,
-    ) -> Result<(Array, Array, Array)> {
-        let shape = joined.shape();
-        let (b, len) = (shape[0], shape[1]);
-        let (d, heads, kv_heads) = (self.head_dim, self.num_heads, self.num_kv_heads);
-        let all = fast::rms_norm(joined.reshape(&[b, len, -1, d])?, None, self.eps)?
-            .multiply(scales)?
-            .transpose_axes(&[0, 2, 1, 3])?;
-        // RoPE runs over the whole tensor (v's rotated rows are dropped): on a slice of the
-        // transposed tensor, MLX-CUDA 0.32.2's RoPE kernel writes out of bounds.
-        let roped = self.rope(&all, offset)?;
-        let q_k = roped.split_at_indices(&[heads, heads + kv_heads], 1)?;
-        let v = all.split_at_indices(&[heads + kv_heads], 1)?;
-        let (keys, values) = cache.update_and_fetch(q_k[1].clone(), v[1].clone())?;
-        Ok((q_k[0].clone(), keys, values))
-    }
-
-    /// The heads of one sequence from separate projections (`[q]`, or `[q, k, v]` in layers
-    /// that own their K/V), each `[b, T, …]`.
-    fn heads_separate(
-        &self,
+        joined: Option<&Array>,
         projected: &[Array],
-        kv: KvInput<'_>,
-        offset: usize,
-    ) -> Result<(Array, Array, Array)> {
+        at: At<'_>,
+    ) -> Result<(Array, Option<(Array, Array)>)> {
         let (d, heads, kv_heads) = (self.head_dim, self.num_heads, self.num_kv_heads);
+        if let (Some(joined), Some(scales)) = (joined, &self.head_scales) {
+            let shape = joined.shape();
+            let (b, len) = (shape[0], shape[1]);
+            let all = fast::rms_norm(joined.reshape(&[b, len, -1, d])?, None, self.eps)?
+                .multiply(scales)?
+                .transpose_axes(&[0, 2, 1, 3])?;
+            // RoPE runs over the whole tensor (v's rotated rows are dropped): on a slice of the
+            // transposed tensor, MLX-CUDA 0.32.2's RoPE kernel writes out of bounds.
+            let roped = self.rope(&all, at)?;
+            let q_k = roped.split_at_indices(&[heads, heads + kv_heads], 1)?;
+            let v = all.split_at_indices(&[heads + kv_heads], 1)?;
+            return Ok((q_k[0].clone(), Some((q_k[1].clone(), v[1].clone()))));
+        }
         let q = projected
             .first()
             .ok_or_else(|| Error::Input(format!("layer {} has no q projection", self.layer)))?;
@@ -284,26 +233,19 @@ impl Attention {
         let queries = q.reshape(&[b, len, heads, d])?;
         let queries = fast::rms_norm(&queries, Some(&self.q_norm), self.eps)?
             .transpose_axes(&[0, 2, 1, 3])?;
-        let queries = self.rope(&queries, offset)?;
-        let (keys, values) = match kv {
-            KvInput::Shared(kv) => kv,
-            KvInput::Own(cache) => {
-                let (Some(k_norm), [_, k, v]) = (&self.k_norm, projected) else {
-                    return Err(Error::Input(format!(
-                        "layer {} has no K/V projections",
-                        self.layer
-                    )));
-                };
+        let queries = self.rope(&queries, at)?;
+        let new_kv = match (&self.k_norm, projected) {
+            (Some(k_norm), [_, k, v]) => {
                 let k = k.reshape(&[b, len, kv_heads, d])?;
                 let v = v.reshape(&[b, len, kv_heads, d])?;
                 let k =
                     fast::rms_norm(&k, Some(k_norm), self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
-                let k = self.rope(&k, offset)?;
                 let v = fast::rms_norm(&v, None, self.eps)?.transpose_axes(&[0, 2, 1, 3])?;
-                cache.update_and_fetch(k, v)?
+                Some((self.rope(&k, at)?, v))
             }
+            _ => None,
         };
-        Ok((queries, keys, values))
+        Ok((queries, new_kv))
     }
 
     /// Attention of `queries` (`[b, heads, T, d]`) over `keys`/`values`: `[b, T, heads · d]`
@@ -333,31 +275,15 @@ impl Attention {
         Ok((out, Some((keys, values))))
     }
 
-    /// RoPE of `x` (`[rows, heads, T, d]`) with row `i` starting at `offsets[i]`.
-    fn rope_rows(&self, x: &Array, offsets: &Array) -> Result<Array> {
+    /// RoPE of `x` (`[rows, heads, T, d]`) from the position(s) `at`.
+    fn rope(&self, x: &Array, at: At<'_>) -> Result<Array> {
         let (dims, base, freqs) = match &self.rope {
             Rope::Default { dims, base } => (*dims, Some(*base), None),
             Rope::Proportional { dims, .. } => (*dims, None, self.rope_freqs.as_ref()),
         };
-        Ok(fast::rope_dynamic(
-            x, dims, false, base, 1.0, offsets, freqs,
-        )?)
-    }
-
-    fn rope(&self, x: &Array, offset: usize) -> Result<Array> {
-        Ok(match &self.rope {
-            Rope::Default { dims, base } => {
-                fast::rope(x, *dims, false, *base, 1.0, offset as i32, None)?
-            }
-            Rope::Proportional { dims, .. } => fast::rope(
-                x,
-                *dims,
-                false,
-                None,
-                1.0,
-                offset as i32,
-                self.rope_freqs.as_ref(),
-            )?,
+        Ok(match at {
+            At::One(offset) => fast::rope(x, dims, false, base, 1.0, offset as i32, freqs)?,
+            At::Rows(offsets) => fast::rope_dynamic(x, dims, false, base, 1.0, offsets, freqs)?,
         })
     }
 }

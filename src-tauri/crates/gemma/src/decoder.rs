@@ -163,23 +163,27 @@ impl DecoderLayer {
         tuning: &Tuning,
     ) -> Result<(Array, Option<(Array, Array)>)> {
         let rows = vec![Row { kv, offset }];
-        let (h, mut kvs) = self.forward_rows(x, mask, rows, per_layer_input, tuning)?;
+        let (h, mut kvs) = self.forward_rows(x, mask, rows, None, per_layer_input, tuning)?;
         Ok((h, kvs.pop().flatten()))
     }
 
     /// The layer over several sequences at once (row `i` of `x` is `rows[i]`'s, see
-    /// [`Attention::forward_rows`]): the new hidden states and each row's attended K/V.
+    /// [`Attention::forward_rows`], `positions` as there): the new hidden states and each row's
+    /// attended K/V.
     pub fn forward_rows(
         &self,
         x: &Array,
         mask: Option<&Array>,
         rows: Vec<Row<'_>>,
+        positions: Option<&Array>,
         per_layer_input: Option<&Array>,
         tuning: &Tuning,
     ) -> Result<(Array, Vec<Attended>)> {
         let eps = self.eps;
         let normed = fast::rms_norm(x, Some(&self.input_layernorm), eps)?;
-        let (attn, kv_out) = self.self_attn.forward_rows(&normed, mask, rows, tuning)?;
+        let (attn, kv_out) = self
+            .self_attn
+            .forward_rows(&normed, mask, rows, positions, tuning)?;
         let h = x.add(fast::rms_norm(
             &attn,
             Some(&self.post_attention_layernorm),

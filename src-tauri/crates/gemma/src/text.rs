@@ -351,6 +351,9 @@ impl TextModel {
             .iter()
             .map(|c| c.first().map(|c| c.offset()).unwrap_or(0))
             .collect();
+        // Each row's position for RoPE, uploaded once for every layer of this step.
+        let positions: Vec<i32> = offsets.iter().map(|&o| o as i32).collect();
+        let positions = Array::from_slice(&positions, &[n as i32]);
         let mut produced: Vec<Vec<Attended>> = vec![Vec::new(); self.layers.len()];
         let mut cache_slot = 0;
         for (i, layer) in self.layers.iter().enumerate() {
@@ -392,7 +395,14 @@ impl TextModel {
             let per_layer_input = per_layer_inputs
                 .as_ref()
                 .map(|inputs| inputs.index((.., .., i as i32, ..)));
-            let (out, kv) = layer.forward_rows(&h, None, rows, per_layer_input.as_ref(), tuning)?;
+            let (out, kv) = layer.forward_rows(
+                &h,
+                None,
+                rows,
+                Some(&positions),
+                per_layer_input.as_ref(),
+                tuning,
+            )?;
             h = out;
             produced[i] = kv;
         }
