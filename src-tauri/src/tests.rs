@@ -871,12 +871,12 @@ fn a_message_holding_every_control_token_is_answered_and_kept_verbatim() {
     );
 }
 
-/// Tokens of the prompt the fixture's template and tokenizer make of `messages` (as the engine
-/// renders them: thinking off, ending with the model's turn).
 fn prompt_len(messages: &[engine::template::Message]) -> u32 {
     prompt_ids(messages).len() as u32
 }
 
+/// The prompt the fixture's template and tokenizer make of `messages` (as the engine renders
+/// them: thinking off, ending with the model's turn).
 fn prompt_ids(messages: &[engine::template::Message]) -> Vec<u32> {
     let tokenizer = engine::tokenizer::Tokenizer::load(&fixture()).unwrap();
     let template = engine::template::ChatTemplate::load(&fixture()).unwrap();
@@ -966,14 +966,7 @@ fn a_chat_with_its_own_system_prompt_is_answered_with_it_and_a_change_applies_ne
         vec![user("Hello")],
     ]
     .iter()
-    .map(|old| {
-        let old_ids = prompt_ids(old);
-        new_ids
-            .iter()
-            .zip(&old_ids)
-            .take_while(|(a, b)| a == b)
-            .count()
-    })
+    .map(|old| engine::stream::shared_prefix(&new_ids, &prompt_ids(old)))
     .max()
     .unwrap_or(0);
     assert!(

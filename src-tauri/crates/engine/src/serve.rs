@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::generate::{Answer, Taken};
 use crate::output::Markers;
-use crate::stream::{next_tokens, PrefillProgress, Session, TokenStream};
+use crate::stream::{next_tokens, shared_prefix, PrefillProgress, Session, TokenStream};
 use crate::template::{Message, Part, Role};
 use crate::worker::{ChatRequest, EngineError, Event, LoadedModel};
 
@@ -66,13 +66,7 @@ impl Sessions {
 
     /// The session `conversation` continues with `prompt`.
     fn take(&mut self, conversation: &str, prompt: &[u32], m: &LoadedModel) -> Session {
-        let shared = |s: &Session| {
-            s.tokens()
-                .iter()
-                .zip(prompt)
-                .take_while(|(a, b)| a == b)
-                .count()
-        };
+        let shared = |s: &Session| shared_prefix(s.tokens(), prompt);
         let best = self
             .kept
             .iter()

@@ -72,12 +72,7 @@ impl Session {
     /// answer (a thought the template drops from the history, an answer that re-tokenizes
     /// differently) is done from the snapshot taken where that answer began.
     pub fn rewind_for(&mut self, model: &Model, prompt: &[u32]) -> usize {
-        let common = self
-            .tokens
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let common = shared_prefix(&self.tokens, prompt);
         let reuse = common.min(prompt.len().saturating_sub(1));
         if self.trim_to(reuse) {
             return reuse;
@@ -1069,4 +1064,9 @@ fn spec_proposer_forced(spec: Option<&Speculation<'_>>) -> Option<usize> {
         Some(Proposer::Forced(_, k)) => Some(*k),
         _ => None,
     }
+}
+
+/// How many ids `a` and `b` share from their start.
+pub fn shared_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

@@ -37,11 +37,7 @@ fn a_follow_up_turn_prefills_only_the_new_tokens() {
     messages.push(Message::text(Role::User, "And mountains?"));
     let second = m.prompt(&messages, false, &[]).unwrap();
     let cached = session.tokens().to_vec();
-    let common = cached
-        .iter()
-        .zip(&second.ids)
-        .take_while(|(a, b)| a == b)
-        .count();
+    let common = engine::stream::shared_prefix(&cached, &second.ids);
     assert!(
         common > first.ids.len(),
         "the second prompt shares the whole first turn ({common} of {})",
