@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reps", type=int, default=1, help="repetitions of each engine (medians)")
     p.add_argument("--results", type=Path, default=HERE / "results.md")
     p.add_argument("--note", default="")
+    p.add_argument("--rows-each", action="store_true",
+                   help="also run ours with every row over its own caches (--rows-each), for A/B")
     args = p.parse_args(argv)
 
     raw = Path(tempfile.mkdtemp(prefix="gemma-desk-batch-"))
@@ -77,10 +79,14 @@ def main(argv: list[str] | None = None) -> None:
     ours_cmd = [str(args.ours), "--batch", str(plan_path), *dtype]
     ref_cmd = [sys.executable, str(REFERENCE), "batch", "--plan", str(plan_path), *dtype]
     runs: dict[str, list[dict]] = {"ours": [], "ref": []}
+    engines = [("ours", ours_cmd), ("ref", ref_cmd)]
+    if args.rows_each:
+        runs["each"] = []
+        engines.append(("each", [*ours_cmd, "--rows-each"]))
     for rep in range(args.reps):
-        order = [("ours", ours_cmd), ("ref", ref_cmd)]
+        order = engines
         for name, cmd in order if rep % 2 == 0 else order[::-1]:
-            runs[name].append(run_worker(cmd, raw, f"{name}{rep}", name))
+            runs[name].append(run_worker(cmd, raw, f"{name}{rep}", "ref" if name == "ref" else "ours"))
 
     def tps(name: str, n: int) -> float:
         return statistics.median(r["aggregate"][str(n)]["tokens_per_second"] for r in runs[name])
@@ -93,6 +99,11 @@ def main(argv: list[str] | None = None) -> None:
             f"| {tps('ref', n):.1f} | {tps('ref', n) / tps('ref', args.streams[0]):.2f} "
             f"| {tps('ours', n) / tps('ref', n):.2f} |"
         )
+    if args.rows_each:
+        rows[0] += " ours, rows each over own caches, tok/s | shared buffers / rows each |"
+        rows[1] += "---:|---:|"
+        for k, n in enumerate(args.streams):
+            rows[k + 2] += f" {tps('each', n):.1f} | {tps('ours', n) / tps('each', n):.2f} |"
     idle = statistics.median(r["window_ttft_idle_ms"] for r in runs["ours"])
     loaded = statistics.median(r["window_ttft_loaded_ms"] for r in runs["ours"])
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

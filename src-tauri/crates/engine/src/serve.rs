@@ -265,6 +265,10 @@ impl<'m> Batch<'m> {
     /// their session back.
     pub fn step(&mut self, sessions: &mut Sessions) {
         step(&mut self.rows, &self.markers, sessions, &self.running);
+        if self.rows.len() < 2 {
+            // No rows step together any more: their shared buffers can go.
+            self.m.model.release_rows();
+        }
     }
 }
 

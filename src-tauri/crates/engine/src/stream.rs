@@ -813,10 +813,15 @@ impl<'a> TokenStream<'a> {
         self.session.tokens.len()
     }
 
-    /// Gives the session back, when it was given to the stream (see [`SessionSlot`]).
+    /// Gives the session back, when it was given to the stream (see [`SessionSlot`]). Caches
+    /// that are views of batched rows' buffers get their own copy first, so that a kept
+    /// session holds only its own positions; a session whose copy fails is not given back.
     pub fn into_session(self) -> Option<Session> {
         match self.session {
-            SessionSlot::Given(session) => Some(*session),
+            SessionSlot::Given(mut session) => {
+                let copied = session.caches.iter_mut().try_for_each(|c| c.detach());
+                copied.ok().map(|()| *session)
+            }
             SessionSlot::Lent(_) => None,
         }
     }

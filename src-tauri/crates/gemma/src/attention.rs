@@ -3,7 +3,7 @@
 
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::ops::{broadcast_to, concatenate, ones_like, softmax_axis};
+use mlx_rs::ops::{broadcast_to, concatenate, ones_like, select, softmax_axis};
 use mlx_rs::Array;
 
 use crate::cache::KvCache;
@@ -11,6 +11,7 @@ use crate::config::TextConfig;
 use crate::error::{Error, Result};
 use crate::layers::{LayerSpec, Rope};
 use crate::quant::{Linear, SideBySide};
+use crate::rows::{BatchedKv, KindStep};
 use crate::tuning::{DecodeAttention, Tuning};
 use crate::weights::Weights;
 
@@ -31,6 +32,27 @@ enum At<'a> {
 
 /// The keys and values a row attended (`None` where none were), for the layers sharing them.
 pub(crate) type Attended = Option<(Array, Array)>;
+
+/// The sequences of a forward pass and their keys and values.
+pub(crate) enum Rows<'a> {
+    /// Each sequence over its own caches.
+    Each(Vec<Row<'a>>),
+    /// Decode rows (one position each) over the rows' shared buffers (`rows.rs`), at
+    /// `positions`.
+    Batched {
+        kv: BatchedKv<'a>,
+        step: &'a KindStep,
+        positions: &'a Array,
+    },
+}
+
+/// What a layer attended, for the layers sharing its K/V.
+#[derive(Clone)]
+pub(crate) enum Produced {
+    Each(Vec<Attended>),
+    /// Every row's, in the rows' buffers' layout.
+    Batched((Array, Array)),
+}
 
 /// Where an attention layer's keys and values come from in this forward pass.
 pub(crate) enum KvInput<'a> {
@@ -131,15 +153,24 @@ impl Attention {
     /// once per step by the caller; `None` builds it here); the cache update and the attention
     /// itself run per row over that row's own cache, so each row's output is exactly what it
     /// would be alone. `mask` applies to every row (decode rows of one position need none).
-    /// Returns the output and each row's attended K/V.
+    /// Batched rows write and attend their shared buffers at once, each row masked to what it
+    /// would see alone. Returns the output and what was attended.
     pub fn forward_rows(
         &self,
         x: &Array,
         mask: Option<&Array>,
-        rows: Vec<Row<'_>>,
+        rows: Rows<'_>,
         positions: Option<&Array>,
         tuning: &Tuning,
-    ) -> Result<(Array, Vec<Attended>)> {
+    ) -> Result<(Array, Produced)> {
+        let rows = match rows {
+            Rows::Each(rows) => rows,
+            Rows::Batched {
+                kv,
+                step,
+                positions,
+            } => return self.forward_batched(x, kv, step, positions, tuning),
+        };
         let n = rows.len();
         if n == 0 || !(x.shape()[0] as usize).is_multiple_of(n) {
             return Err(Error::Input(format!(
@@ -197,7 +228,57 @@ impl Attention {
             1 => outs.pop().unwrap_or_else(|| unreachable!()),
             _ => concatenate(&outs, 0)?,
         };
-        Ok((self.o_proj.forward(&out, tuning)?, attended))
+        Ok((self.o_proj.forward(&out, tuning)?, Produced::Each(attended)))
+    }
+
+    /// Decode rows over the rows' buffers: one write of every row's new K/V, one attention.
+    fn forward_batched(
+        &self,
+        x: &Array,
+        kv: BatchedKv<'_>,
+        step: &KindStep,
+        positions: &Array,
+        tuning: &Tuning,
+    ) -> Result<(Array, Produced)> {
+        let owns = matches!(kv, BatchedKv::Own(_));
+        let joined = match &self.head_scales {
+            Some(_) if owns => self.qkv_proj.forward_joined(x, tuning)?,
+            _ => None,
+        };
+        let projected = match joined {
+            Some(_) => Vec::new(),
+            None => self.qkv_proj.forward(x, tuning)?,
+        };
+        let (queries, new_kv) = self.heads(joined.as_ref(), &projected, At::Rows(positions))?;
+        let (keys, values) = match (kv, new_kv) {
+            (BatchedKv::Own(layer), Some((k, v))) => layer.write_and_fetch(&k, &v, step)?,
+            (BatchedKv::Shared(kv), _) => kv,
+            (BatchedKv::Own(_), None) => {
+                return Err(Error::Input(format!(
+                    "layer {} has no K/V projections",
+                    self.layer
+                )))
+            }
+        };
+        let shape = queries.shape();
+        let (b, width) = (shape[0], self.num_heads * self.head_dim);
+        let out = if tuning.fused_single_query(self.head_dim) {
+            let mask = ScaledDotProductAttentionMask::Array(&step.mask);
+            fast::scaled_dot_product_attention(&queries, &keys, &values, 1.0, mask, None)?
+        } else {
+            attention_of_one_query(
+                &queries,
+                &keys,
+                &values,
+                Some(&step.mask),
+                tuning.decode_attention,
+            )?
+        };
+        let out = out.reshape(&[b, 1, width])?;
+        Ok((
+            self.o_proj.forward(&out, tuning)?,
+            Produced::Batched((keys, values)),
+        ))
     }
 
     /// The heads of every row (`[rows, heads, T, d]`) and, in layers that own their K/V, the
@@ -264,7 +345,7 @@ impl Attention {
         let out = if len == 1 && mask.is_none() && !tuning.fused_single_query(self.head_dim) {
             // One query per head, every key visible (the caches hand a single query exactly
             // what it may see).
-            single_query_attention(queries, &keys, &values, tuning.decode_attention)?
+            attention_of_one_query(queries, &keys, &values, None, tuning.decode_attention)?
                 .reshape(&[b, len, width])?
         } else {
             let mask = mask.map(ScaledDotProductAttentionMask::Array);
@@ -297,6 +378,17 @@ pub fn single_query_attention(
     values: &Array,
     path: DecodeAttention,
 ) -> Result<Array> {
+    attention_of_one_query(q, keys, values, None, path)
+}
+
+/// [`single_query_attention`] where `mask` (boolean, `[b, 1, 1, L]`) hides keys per row.
+fn attention_of_one_query(
+    q: &Array,
+    keys: &Array,
+    values: &Array,
+    mask: Option<&Array>,
+    path: DecodeAttention,
+) -> Result<Array> {
     let shape = q.shape();
     let (b, d) = (shape[0], shape[3]);
     let kv_heads = keys.shape()[1];
@@ -310,6 +402,13 @@ pub fn single_query_attention(
                 .matmul(keys.swap_axes(-1, -2)?.expand_dims(2)?)?
                 .reshape(&[b, kv_heads, group, -1])?
         }
+    };
+    let scores = match mask {
+        Some(mask) => {
+            let hidden = Array::from_f32(f32::NEG_INFINITY).as_dtype(scores.dtype())?;
+            select(mask, &scores, &hidden)?
+        }
+        None => scores,
     };
     Ok(softmax_axis(&scores, -1, true)?.matmul(values)?)
 }

@@ -38,6 +38,9 @@ pub struct Buffer {
     parts: Vec<Array>,
     quant: Option<QuantSpec>,
     offset: usize,
+    /// Set while the parts are a view of the rows' buffers of a batched step (the step's stamp
+    /// and the row), cleared by any change (see `rows.rs`).
+    lent: Option<(u64, usize)>,
 }
 
 impl Buffer {
@@ -46,6 +49,7 @@ impl Buffer {
             parts: Vec::new(),
             quant,
             offset: 0,
+            lent: None,
         }
     }
 
@@ -108,6 +112,7 @@ impl Buffer {
                 .collect::<std::result::Result<_, _>>()?
         };
         self.offset += added;
+        self.lent = None;
         Ok(())
     }
 }
@@ -200,9 +205,7 @@ impl KvCache {
                 "cannot rewind the cache by {n} positions"
             )));
         }
-        let b = match self {
-            KvCache::Full(b) | KvCache::Sliding { buffer: b, .. } => b,
-        };
+        let b = self.buffer_mut();
         if n == 0 {
             return Ok(());
         }
@@ -216,7 +219,69 @@ impl KvCache {
             Vec::new()
         };
         b.offset -= n;
+        b.lent = None;
         Ok(())
+    }
+
+    /// Whether K/V are stored quantized.
+    pub fn is_quantized(&self) -> bool {
+        self.buffer().quant.is_some()
+    }
+
+    /// Positions the cache holds (the last `held` of [`Self::offset`]).
+    pub fn held(&self) -> usize {
+        self.buffer().len()
+    }
+
+    /// The batched step and row whose buffers this cache is a view of, if it is one.
+    pub(crate) fn lent_to(&self) -> Option<(u64, usize)> {
+        self.buffer().lent
+    }
+
+    /// Whether this cache is a view of the buffers of rows stepped together (see
+    /// [`crate::Model::forward_rows`]) rather than arrays of its own.
+    pub fn is_batch_view(&self) -> bool {
+        self.buffer().lent.is_some()
+    }
+
+    /// Makes the cache a view of a batched step's buffers: `keys`/`values` are the positions it
+    /// holds, ending at `offset`.
+    pub(crate) fn lend(
+        &mut self,
+        keys: Array,
+        values: Array,
+        offset: usize,
+        stamp: (u64, usize),
+    ) -> Result<()> {
+        let b = self.buffer_mut();
+        if b.quant.is_some() {
+            return Err(Error::Input("a quantized cache cannot be batched".into()));
+        }
+        b.parts = vec![keys, values];
+        b.offset = offset;
+        b.lent = Some(stamp);
+        Ok(())
+    }
+
+    /// Gives a cache that is a view of a batched step's buffers its own copy, so that keeping
+    /// it (a conversation's session) does not keep every row's buffers alive.
+    pub fn detach(&mut self) -> Result<()> {
+        let b = self.buffer_mut();
+        if b.lent.take().is_some() {
+            b.parts = b
+                .parts
+                .iter()
+                .map(|a| a.contiguous())
+                .collect::<std::result::Result<_, _>>()?;
+            mlx_rs::transforms::eval(b.parts.iter())?;
+        }
+        Ok(())
+    }
+
+    fn buffer_mut(&mut self) -> &mut Buffer {
+        match self {
+            KvCache::Full(b) | KvCache::Sliding { buffer: b, .. } => b,
+        }
     }
 
     /// The arrays this cache holds (to evaluate them together with a step's output).

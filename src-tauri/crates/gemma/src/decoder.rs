@@ -4,7 +4,7 @@
 use mlx_rs::fast;
 use mlx_rs::Array;
 
-use crate::attention::{Attended, Attention, KvInput, Row};
+use crate::attention::{Attention, KvInput, Produced, Row, Rows};
 use crate::config::TextConfig;
 use crate::error::{Error, Result};
 use crate::fused::{add_scaled, geglu};
@@ -162,9 +162,12 @@ impl DecoderLayer {
         per_layer_input: Option<&Array>,
         tuning: &Tuning,
     ) -> Result<(Array, Option<(Array, Array)>)> {
-        let rows = vec![Row { kv, offset }];
-        let (h, mut kvs) = self.forward_rows(x, mask, rows, None, per_layer_input, tuning)?;
-        Ok((h, kvs.pop().flatten()))
+        let rows = Rows::Each(vec![Row { kv, offset }]);
+        let (h, produced) = self.forward_rows(x, mask, rows, None, per_layer_input, tuning)?;
+        match produced {
+            Produced::Each(mut kvs) => Ok((h, kvs.pop().flatten())),
+            Produced::Batched(kv) => Ok((h, Some(kv))),
+        }
     }
 
     /// The layer over several sequences at once (row `i` of `x` is `rows[i]`'s, see
@@ -174,11 +177,11 @@ impl DecoderLayer {
         &self,
         x: &Array,
         mask: Option<&Array>,
-        rows: Vec<Row<'_>>,
+        rows: Rows<'_>,
         positions: Option<&Array>,
         per_layer_input: Option<&Array>,
         tuning: &Tuning,
-    ) -> Result<(Array, Vec<Attended>)> {
+    ) -> Result<(Array, Produced)> {
         let eps = self.eps;
         let normed = fast::rms_norm(x, Some(&self.input_layernorm), eps)?;
         let (attn, kv_out) = self

@@ -10,6 +10,7 @@ mod fused;
 pub mod layers;
 pub mod model;
 pub mod quant;
+mod rows;
 pub mod text;
 pub mod tuning;
 pub mod vision;

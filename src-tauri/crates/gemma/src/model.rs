@@ -1,6 +1,7 @@
 //! Loading a model folder into a runnable model.
 
 use std::path::Path;
+use std::sync::Mutex;
 
 use mlx_rs::transforms::eval;
 use mlx_rs::{Array, Dtype, Stream};
@@ -9,6 +10,7 @@ use crate::cache::KvCache;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::layers::{layer_table, KvSource, LayerSpec};
+use crate::rows::RowsKv;
 use crate::text::{MediaFeatures, TextModel};
 use crate::tuning::Tuning;
 use crate::vision::VisionTower;
@@ -33,6 +35,8 @@ pub struct Model {
     text: TextModel,
     vision: Option<VisionTower>,
     tuning: Tuning,
+    /// The buffers of the rows last stepped together.
+    rows: Mutex<Option<RowsKv>>,
 }
 
 impl Model {
@@ -80,6 +84,7 @@ impl Model {
             text,
             vision,
             tuning: options.tuning,
+            rows: Mutex::default(),
         })
     }
 
@@ -197,10 +202,36 @@ impl Model {
 
     /// One decode step of several sequences at once (continuous batching): `ids` `[n]` holds
     /// each sequence's next token (device-resident, in range, no media placeholders) and
-    /// `caches[i]` sequence `i`'s caches. Logits `[n, vocab]`; row `i` is exactly what
+    /// `caches[i]` sequence `i`'s caches. Logits `[n, vocab]`; row `i` is what
     /// [`Self::forward_array`] gives sequence `i` alone.
+    ///
+    /// Two rows or more step over buffers shared by the rows (`rows.rs`), kept here from step
+    /// to step while the same rows step together; each row's caches become views of them. Row
+    /// `i` then attends exactly its own positions, but over a longer, masked key range: its
+    /// logits may differ from its lone ones in the last bits (the order of float sums), not
+    /// more. Caches stored quantized step per row, each over its own caches, as alone.
     pub fn forward_rows(&self, ids: &Array, caches: &mut [&mut [KvCache]]) -> Result<Array> {
-        self.text.forward_rows(ids, caches, &self.tuning)
+        if caches.len() < 2 || !self.tuning.batched_rows {
+            return self.text.forward_rows(ids, caches, None, &self.tuning);
+        }
+        let mut kept = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        if !kept.as_ref().is_some_and(|kv| kv.holds(caches)) {
+            *kept = None; // (the old buffers go before the new ones are made)
+            *kept = RowsKv::gather(caches)?;
+        }
+        let result = self
+            .text
+            .forward_rows(ids, caches, kept.as_mut(), &self.tuning);
+        if result.is_err() {
+            *kept = None;
+        }
+        result
+    }
+
+    /// Lets go of the buffers of the rows last stepped together (see [`Self::forward_rows`]);
+    /// the rows' caches keep what they hold.
+    pub fn release_rows(&self) {
+        *self.rows.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Token embeddings `[T, hidden]` of device-resident ids, scaled as the decoder's input.

@@ -7,7 +7,7 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{arange, cumsum, maximum, select};
 use mlx_rs::{Array, Dtype};
 
-use crate::attention::{Attended, KvInput, Row};
+use crate::attention::{KvInput, Produced, Row, Rows};
 use crate::cache::KvCache;
 use crate::config::{AttentionKind, Config, TextConfig};
 use crate::decoder::DecoderLayer;
@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::fused::softcap;
 use crate::layers::{KvSource, LayerSpec};
 use crate::quant::{Embedding, Linear};
+use crate::rows::{BatchedKv, RowsKv};
 use crate::tuning::Tuning;
 use crate::weights::Weights;
 
@@ -319,13 +320,17 @@ impl TextModel {
 
     /// One decode step of several sequences at once: `ids` (`[n]`) holds each sequence's next
     /// token and `caches[i]` sequence `i`'s caches (each at its own position). The projections,
-    /// the MLPs and the head run once for all rows, each row as a vector of its own; attention
-    /// runs per row over its own caches (see [`crate::attention::Attention::forward_rows`]), so
-    /// every row's logits are exactly its single-sequence logits. Returns `[n, vocab]`.
-    pub fn forward_rows(
+    /// the MLPs and the head run once for all rows, each row as a vector of its own. Attention
+    /// runs over `batched`, the rows' shared buffers, when given (one write and one masked
+    /// attention per layer for every row; the rows' caches become views of the buffers, see
+    /// `rows.rs`), else per row over its own caches (see
+    /// [`crate::attention::Attention::forward_rows`]). Either way each row's logits are its
+    /// single-sequence logits. Returns `[n, vocab]`.
+    pub(crate) fn forward_rows(
         &self,
         ids: &Array,
         caches: &mut [&mut [KvCache]],
+        batched: Option<&mut RowsKv>,
         tuning: &Tuning,
     ) -> Result<Array> {
         let n = caches.len();
@@ -354,44 +359,73 @@ impl TextModel {
         // Each row's position for RoPE, uploaded once for every layer of this step.
         let positions: Vec<i32> = offsets.iter().map(|&o| o as i32).collect();
         let positions = Array::from_slice(&positions, &[n as i32]);
-        let mut produced: Vec<Vec<Attended>> = vec![Vec::new(); self.layers.len()];
+        let (step, mut lent, batched) = match batched {
+            Some(kv) => {
+                let step = kv.begin(&positions)?;
+                let lent = kv.layers();
+                (Some(step), lent, Some(kv))
+            }
+            None => (None, Vec::new(), None),
+        };
+        let mut produced: Vec<Option<Produced>> = vec![None; self.layers.len()];
         let mut cache_slot = 0;
         for (i, layer) in self.layers.iter().enumerate() {
-            let rows: Vec<Row<'_>> = match layer.spec.kv {
-                KvSource::Own { .. } => {
+            let missing = || Error::Input(format!("layer {i} has no K/V for every row"));
+            let rows = match (&step, layer.spec.kv) {
+                (Some(step), KvSource::Own { .. }) => {
                     let slot = cache_slot;
                     cache_slot += 1;
-                    caches
-                        .iter_mut()
-                        .zip(&offsets)
-                        .map(|(c, &offset)| {
-                            let cache = c.get_mut(slot).ok_or_else(|| {
-                                Error::Input("too few caches for this model".into())
-                            })?;
-                            Ok(Row {
-                                kv: KvInput::Own(cache),
-                                offset,
-                            })
-                        })
-                        .collect::<Result<_>>()?
+                    Rows::Batched {
+                        kv: BatchedKv::Own(lent.get_mut(slot).ok_or_else(missing)?),
+                        step: step.of(layer.spec.kind),
+                        positions: &positions,
+                    }
                 }
-                KvSource::Shared { producer } => produced[producer]
-                    .iter()
-                    .zip(&offsets)
-                    .map(|(kv, &offset)| {
-                        let kv = kv.clone().ok_or_else(|| {
-                            Error::Input(format!("layer {producer} produced no K/V"))
-                        })?;
-                        Ok(Row {
-                            kv: KvInput::Shared(kv),
-                            offset,
-                        })
-                    })
-                    .collect::<Result<_>>()?,
+                (Some(step), KvSource::Shared { producer }) => match &produced[producer] {
+                    Some(Produced::Batched(kv)) => Rows::Batched {
+                        kv: BatchedKv::Shared(kv.clone()),
+                        step: step.of(layer.spec.kind),
+                        positions: &positions,
+                    },
+                    _ => return Err(missing()),
+                },
+                (None, KvSource::Own { .. }) => {
+                    let slot = cache_slot;
+                    cache_slot += 1;
+                    Rows::Each(
+                        caches
+                            .iter_mut()
+                            .zip(&offsets)
+                            .map(|(c, &offset)| {
+                                let cache = c.get_mut(slot).ok_or_else(|| {
+                                    Error::Input("too few caches for this model".into())
+                                })?;
+                                Ok(Row {
+                                    kv: KvInput::Own(cache),
+                                    offset,
+                                })
+                            })
+                            .collect::<Result<_>>()?,
+                    )
+                }
+                (None, KvSource::Shared { producer }) => match &produced[producer] {
+                    Some(Produced::Each(kvs)) if kvs.len() == n => Rows::Each(
+                        kvs.iter()
+                            .zip(&offsets)
+                            .map(|(kv, &offset)| {
+                                let kv = kv.clone().ok_or_else(|| {
+                                    Error::Input(format!("layer {producer} produced no K/V"))
+                                })?;
+                                Ok(Row {
+                                    kv: KvInput::Shared(kv),
+                                    offset,
+                                })
+                            })
+                            .collect::<Result<_>>()?,
+                    ),
+                    _ => return Err(missing()),
+                },
             };
-            if rows.len() != n {
-                return Err(Error::Input(format!("layer {i} has no K/V for every row")));
-            }
             let per_layer_input = per_layer_inputs
                 .as_ref()
                 .map(|inputs| inputs.index((.., .., i as i32, ..)));
@@ -404,7 +438,10 @@ impl TextModel {
                 tuning,
             )?;
             h = out;
-            produced[i] = kv;
+            produced[i] = Some(kv);
+        }
+        if let Some(kv) = batched {
+            kv.finish(lent, caches)?;
         }
         let h = fast::rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?;
         let logits = self.head(&h, tuning)?;

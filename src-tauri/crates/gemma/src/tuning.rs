@@ -33,6 +33,11 @@ pub struct Tuning {
     /// one step per token, so the break-even is `round time / step time − 1` accepted drafts
     /// (docs/SPECULATIVE.md). Measured on CUDA and the CPU; estimated for Metal.
     pub min_drafts_accepted: f32,
+    /// Whether decode rows of several sequences step over buffers shared by the rows (one
+    /// cache write and one attention per layer for all rows, `rows.rs`) rather than each over
+    /// its own caches (a write and an attention per row and layer). On by default; off for
+    /// A/B measurements.
+    pub batched_rows: bool,
 }
 
 impl Tuning {
@@ -86,6 +91,7 @@ impl Tuning {
                 _ if cuda => 2.2,
                 _ => 2.4,
             },
+            batched_rows: true,
         }
     }
 

@@ -76,6 +76,7 @@ fn plain() -> Tuning {
         warm_up_history: 0,
         vector_rows: 0,
         min_drafts_accepted: 0.3,
+        batched_rows: true,
     }
 }
 

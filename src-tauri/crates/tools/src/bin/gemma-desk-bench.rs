@@ -93,6 +93,10 @@ struct Cli {
     /// engine's), see `Tuning::vector_rows`.
     #[arg(long)]
     vector_rows: Option<usize>,
+    /// Step several sequences' decode rows each over its own caches instead of over buffers
+    /// shared by the rows (`Tuning::batched_rows`), for A/B measurements.
+    #[arg(long)]
+    rows_each: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -553,6 +557,9 @@ fn main() -> Result<()> {
     }
     if let Some(rows) = cli.vector_rows {
         tuning.vector_rows = rows;
+    }
+    if cli.rows_each {
+        tuning.batched_rows = false;
     }
     let options = LoadOptions {
         dtype,

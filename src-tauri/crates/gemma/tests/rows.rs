@@ -1,0 +1,218 @@
+//! Decode rows of several sequences stepped together over shared buffers (`rows.rs`): every
+//! row's logits and caches are its own alone, through joins, a row stepping alone, a rewind,
+//! a row leaving, buffer growth and a sliding buffer moving its start, across the sliding window.
+
+use std::path::{Path, PathBuf};
+
+use gemma::{KvCache, LoadOptions, Model, Tuning};
+use mlx_rs::{Array, Dtype};
+
+fn fixture(name: &str) -> PathBuf {
+    let root = std::env::var_os("GEMMA_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures")
+        });
+    let dir = root.join(name);
+    assert!(
+        dir.join("config.json").exists(),
+        "fixture {} missing: run `make fixtures`",
+        dir.display()
+    );
+    dir
+}
+
+fn load(name: &str, kv_quantization: bool) -> Model {
+    let options = LoadOptions {
+        dtype: Some(Dtype::Float32),
+        kv_quantization,
+        tuning: Tuning::for_backend(),
+    };
+    Model::load(&fixture(name), &options).unwrap()
+}
+
+fn host(a: &Array) -> Vec<f32> {
+    let a = a.as_dtype(Dtype::Float32).unwrap().contiguous().unwrap();
+    a.as_slice::<f32>().to_vec()
+}
+
+/// One sequence, twice: stepped with others (`rows`) and alone (`alone`), fed the same ids.
+struct Sequence {
+    rows: Vec<KvCache>,
+    alone: Vec<KvCache>,
+    next: u32,
+}
+
+impl Sequence {
+    fn new(model: &Model, prompt_len: usize, seed: u32) -> Self {
+        let prompt: Vec<u32> = (0..prompt_len as u32)
+            .map(|i| 2 + (i * 37 + seed * 101) % 1000)
+            .collect();
+        let mut alone = model.new_caches();
+        let logits = model.forward(&prompt, &[], &mut alone, Some(1)).unwrap();
+        Self {
+            rows: alone.clone(),
+            alone,
+            next: top(&host(&logits)).0,
+        }
+    }
+
+    /// A step alone of both copies.
+    fn step_alone(&mut self, model: &Model) {
+        let ids = Array::from_slice(&[self.next], &[1]);
+        let a = host(&model.forward_array(&ids, &mut self.rows, Some(1)).unwrap());
+        let b = host(&model.forward_array(&ids, &mut self.alone, Some(1)).unwrap());
+        assert_eq!(a, b, "a step alone after stepping with others");
+        self.next = top(&b).0;
+    }
+
+    fn trim(&mut self, n: usize) {
+        assert!(self.rows.iter().all(|c| c.can_trim(n)));
+        assert!(self.alone.iter().all(|c| c.can_trim(n)));
+        for c in self.rows.iter_mut().chain(self.alone.iter_mut()) {
+            c.trim(n).unwrap();
+        }
+    }
+
+    /// Both copies hold the same positions with the same keys and values.
+    fn assert_caches_agree(&self) {
+        for (slot, (r, a)) in self.rows.iter().zip(&self.alone).enumerate() {
+            assert_eq!(r.offset(), a.offset(), "slot {slot}: positions processed");
+            assert_eq!(r.held(), a.held(), "slot {slot}: positions held");
+            let (start, end) = (a.offset() - a.held(), a.offset());
+            let (rk, rv) = r.positions(start, end).unwrap();
+            let (ak, av) = a.positions(start, end).unwrap();
+            assert!(close(&host(&rk), &host(&ak)) < 1e-4, "slot {slot}: keys");
+            assert!(close(&host(&rv), &host(&av)) < 1e-4, "slot {slot}: values");
+        }
+    }
+}
+
+/// The largest id and the gap to the runner-up.
+fn top(logits: &[f32]) -> (u32, f32) {
+    let mut best = (0usize, f32::NEG_INFINITY);
+    let mut second = f32::NEG_INFINITY;
+    for (i, &x) in logits.iter().enumerate() {
+        if x > best.1 {
+            second = best.1;
+            best = (i, x);
+        } else if x > second {
+            second = x;
+        }
+    }
+    (best.0 as u32, best.1 - second)
+}
+
+/// max |a − b| / max |b|.
+fn close(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let diff = a
+        .iter()
+        .zip(b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    diff / b.iter().fold(0.0f32, |m, y| m.max(y.abs())).max(1e-30)
+}
+
+/// `steps` decode steps of `seqs` together, each row compared with its step alone. Returns
+/// whether the rows' caches were views of shared buffers after every step.
+fn together(model: &Model, seqs: &mut [&mut Sequence], steps: usize) -> bool {
+    let mut shared = true;
+    for _ in 0..steps {
+        let ids: Vec<u32> = seqs.iter().map(|s| s.next).collect();
+        let ids = Array::from_slice(&ids, &[ids.len() as i32]);
+        let logits = {
+            let mut caches: Vec<&mut [KvCache]> =
+                seqs.iter_mut().map(|s| s.rows.as_mut_slice()).collect();
+            model.forward_rows(&ids, &mut caches).unwrap()
+        };
+        let vocab = logits.shape()[1] as usize;
+        let logits = host(&logits);
+        for (i, s) in seqs.iter_mut().enumerate() {
+            shared &= s.rows.iter().all(|c| c.is_batch_view());
+            let row = &logits[i * vocab..(i + 1) * vocab];
+            let ids = Array::from_slice(&[s.next], &[1]);
+            let alone = host(&model.forward_array(&ids, &mut s.alone, Some(1)).unwrap());
+            assert!(
+                close(row, &alone) < 1e-4,
+                "row {i}: logits differ from alone"
+            );
+            let (best, gap) = top(&alone);
+            // (A near-tie may break either way in the last bits; none is that close here.)
+            if gap > 1e-3 {
+                assert_eq!(top(row).0, best, "row {i}: a different next token");
+            }
+            s.next = best;
+        }
+    }
+    shared
+}
+
+#[test]
+fn rows_stepped_together_are_each_what_they_are_alone_through_joins_rewinds_and_growth() {
+    let model = load("tiny", false);
+    let (mut a, mut b, mut c) = (
+        Sequence::new(&model, 5, 1),
+        Sequence::new(&model, 40, 2),
+        Sequence::new(&model, 250, 3),
+    );
+    // Three rows, one short, one past the window (32), one long.
+    assert!(together(&model, &mut [&mut a, &mut b, &mut c], 20));
+    // One steps alone: the others' buffers are gathered again at the next step together.
+    for _ in 0..3 {
+        b.step_alone(&model);
+    }
+    assert!(together(&model, &mut [&mut a, &mut b, &mut c], 10));
+    // A rewind (the next turn of a chat) of one row.
+    c.trim(5);
+    c.assert_caches_agree();
+    assert!(together(&model, &mut [&mut a, &mut b, &mut c], 5));
+    // One leaves with its own copy and goes on alone.
+    for cache in a.rows.iter_mut() {
+        cache.detach().unwrap();
+    }
+    assert!(a.rows.iter().all(|c| !c.is_batch_view()));
+    a.assert_caches_agree();
+    a.step_alone(&model);
+    // Two go on: the full buffers grow past their first 512 positions and the sliding ones
+    // let go of what no row holds any longer.
+    assert!(together(&model, &mut [&mut b, &mut c], 360));
+    for s in [&a, &b, &c] {
+        s.assert_caches_agree();
+    }
+    model.release_rows();
+    // The caches outlive the buffers they were views of.
+    b.step_alone(&model);
+    b.assert_caches_agree();
+}
+
+#[test]
+fn rows_whose_caches_are_stored_quantized_step_each_over_its_own() {
+    let model = load("tiny-optiq", true);
+    let (mut a, mut b) = (Sequence::new(&model, 6, 4), Sequence::new(&model, 45, 5));
+    assert!(!together(&model, &mut [&mut a, &mut b], 4));
+    a.assert_caches_agree();
+    b.assert_caches_agree();
+}
+
+#[test]
+fn stepping_rows_each_over_its_own_caches_gives_the_same_as_over_shared_buffers() {
+    let shared = load("tiny", false);
+    let own = Model::load(
+        &fixture("tiny"),
+        &LoadOptions {
+            dtype: Some(Dtype::Float32),
+            tuning: Tuning {
+                batched_rows: false,
+                ..Tuning::for_backend()
+            },
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    let mut a = Sequence::new(&own, 7, 6);
+    let mut b = Sequence::new(&own, 70, 7);
+    assert!(!together(&own, &mut [&mut a, &mut b], 8));
+    let mut a = Sequence::new(&shared, 7, 6);
+    let mut b = Sequence::new(&shared, 70, 7);
+    assert!(together(&shared, &mut [&mut a, &mut b], 8));
+}
