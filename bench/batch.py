@@ -60,8 +60,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reps", type=int, default=1, help="repetitions of each engine (medians)")
     p.add_argument("--results", type=Path, default=HERE / "results.md")
     p.add_argument("--note", default="")
-    p.add_argument("--rows-each", action="store_true",
-                   help="also run ours with every row over its own caches (--rows-each), for A/B")
+    p.add_argument("--ab", default="",
+                   help="also run ours with these extra arguments (e.g. '--rows-each' or "
+                        "'--matrix-rows 0'), for A/B in the same run")
     args = p.parse_args(argv)
 
     raw = Path(tempfile.mkdtemp(prefix="gemma-desk-batch-"))
@@ -80,9 +81,9 @@ def main(argv: list[str] | None = None) -> None:
     ref_cmd = [sys.executable, str(REFERENCE), "batch", "--plan", str(plan_path), *dtype]
     runs: dict[str, list[dict]] = {"ours": [], "ref": []}
     engines = [("ours", ours_cmd), ("ref", ref_cmd)]
-    if args.rows_each:
+    if args.ab:
         runs["each"] = []
-        engines.append(("each", [*ours_cmd, "--rows-each"]))
+        engines.append(("each", [*ours_cmd, *args.ab.split()]))
     for rep in range(args.reps):
         order = engines
         for name, cmd in order if rep % 2 == 0 else order[::-1]:
@@ -99,8 +100,8 @@ def main(argv: list[str] | None = None) -> None:
             f"| {tps('ref', n):.1f} | {tps('ref', n) / tps('ref', args.streams[0]):.2f} "
             f"| {tps('ours', n) / tps('ref', n):.2f} |"
         )
-    if args.rows_each:
-        rows[0] += " ours, rows each over own caches, tok/s | shared buffers / rows each |"
+    if args.ab:
+        rows[0] += f" ours with `{args.ab}` tok/s | ours / that |"
         rows[1] += "---:|---:|"
         for k, n in enumerate(args.streams):
             rows[k + 2] += f" {tps('each', n):.1f} | {tps('ours', n) / tps('each', n):.2f} |"

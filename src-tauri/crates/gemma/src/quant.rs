@@ -124,10 +124,16 @@ impl Linear {
 
     /// The quantized product of `x`, each of up to `tuning.vector_rows` rows as a vector of its
     /// own (`[rows, 1, in]`: MLX's matrix-vector kernel, batched) -- the same values as one
-    /// product up to the kernels' rounding.
+    /// product up to the kernels' rounding. Decode rows of several sequences (`[n, 1, in]`)
+    /// go as one matrix of at least `tuning.matrix_rows` rows where that is set (see there).
     fn forward_rows(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
         let n = rows(x);
-        if n <= 1 || n > tuning.vector_rows || matches!(self, Linear::Dense { .. }) {
+        let quantized = !matches!(self, Linear::Dense { .. });
+        if quantized && tuning.matrix_rows > 0 && n >= 2 && positions(x) == 1 {
+            let padded = n.max(tuning.matrix_rows);
+            return self.product_padded(x, padded, false, tuning.cpu_lanes);
+        }
+        if n <= 1 || n > tuning.vector_rows || !quantized {
             return self.product_on_lanes(x, false, tuning.cpu_lanes);
         }
         let shape = x.shape();
@@ -145,15 +151,21 @@ impl Linear {
     /// selection and loading, graph instantiation) is paid once per bucket.
     pub fn forward_dense_padded(&self, x: &Array, bucket: usize, lanes: usize) -> Result<Array> {
         let (n, bucket) = (rows(x), bucket.max(1));
-        let padded = n.div_ceil(bucket) * bucket;
-        if padded == n || matches!(self, Linear::Dense { .. }) {
-            return self.product_on_lanes(x, true, lanes);
+        self.product_padded(x, n.div_ceil(bucket) * bucket, true, lanes)
+    }
+
+    /// The product of `x`'s rows as one matrix `[padded, in]`, the rows past `x`'s own zeros
+    /// (their outputs dropped), shaped back as `x` with the output width.
+    fn product_padded(&self, x: &Array, padded: usize, dense: bool, lanes: usize) -> Result<Array> {
+        let n = rows(x);
+        if padded <= n || matches!(self, Linear::Dense { .. }) {
+            return self.product_on_lanes(x, dense, lanes);
         }
         let shape = x.shape();
         let inp = shape[shape.len() - 1];
         let zeros = zeros_dtype(&[(padded - n) as i32, inp], x.dtype())?;
         let rows_in = concatenate(&[x.reshape(&[n as i32, inp])?, zeros], 0)?;
-        let out = self.product_on_lanes(&rows_in, true, lanes)?;
+        let out = self.product_on_lanes(&rows_in, dense, lanes)?;
         let mut out_shape = shape[..shape.len() - 1].to_vec();
         out_shape.push(out.shape()[1]);
         Ok(out.index(..n as i32).reshape(&out_shape)?)
@@ -226,7 +238,6 @@ thread_local! {
     static EXTRA_LANES: RefCell<Vec<Stream>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Input rows of `x` (`[..., in]`): the product of its leading dimensions.
 /// Positions per sequence of `x` (`[..., positions, in]`).
 fn positions(x: &Array) -> usize {
     let shape = x.shape();
@@ -236,6 +247,7 @@ fn positions(x: &Array) -> usize {
     }
 }
 
+/// Input rows of `x` (`[..., in]`): the product of its leading dimensions.
 fn rows(x: &Array) -> usize {
     let shape = x.shape();
     shape[..shape.len().saturating_sub(1)]

@@ -113,6 +113,9 @@ fn close(a: &[f32], b: &[f32]) -> f32 {
     diff / b.iter().fold(0.0f32, |m, y| m.max(y.abs())).max(1e-30)
 }
 
+/// The largest relative difference of a row's logits from its lone ones seen so far.
+static WORST: std::sync::Mutex<f32> = std::sync::Mutex::new(0.0);
+
 /// `steps` decode steps of `seqs` together, each row compared with its step alone. Returns
 /// whether the rows' caches were views of shared buffers after every step.
 fn together(model: &Model, seqs: &mut [&mut Sequence], steps: usize) -> bool {
@@ -183,6 +186,36 @@ fn rows_stepped_together_are_each_what_they_are_alone_through_joins_rewinds_and_
     // The caches outlive the buffers they were views of.
     b.step_alone(&model);
     b.assert_caches_agree();
+    eprintln!(
+        "largest relative difference from alone: {:e}",
+        *WORST.lock().unwrap()
+    );
+}
+
+#[test]
+fn rows_multiplied_as_one_padded_matrix_are_each_what_they_are_alone() {
+    // (`Tuning::matrix_rows`, CUDA's default: the quantized layers see one matrix of 8 rows.)
+    let model = Model::load(
+        &fixture("tiny"),
+        &LoadOptions {
+            dtype: Some(Dtype::Float32),
+            tuning: Tuning {
+                matrix_rows: 8,
+                ..Tuning::for_backend()
+            },
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
+    let (mut a, mut b, mut c) = (
+        Sequence::new(&model, 9, 8),
+        Sequence::new(&model, 50, 9),
+        Sequence::new(&model, 3, 10),
+    );
+    assert!(together(&model, &mut [&mut a, &mut b, &mut c], 12));
+    for s in [&a, &b, &c] {
+        s.assert_caches_agree();
+    }
 }
 
 #[test]

@@ -77,6 +77,7 @@ fn plain() -> Tuning {
         vector_rows: 0,
         min_drafts_accepted: 0.3,
         batched_rows: true,
+        matrix_rows: 0,
     }
 }
 

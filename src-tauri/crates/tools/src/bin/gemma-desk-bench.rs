@@ -97,6 +97,10 @@ struct Cli {
     /// shared by the rows (`Tuning::batched_rows`), for A/B measurements.
     #[arg(long)]
     rows_each: bool,
+    /// Rows from which several sequences' decode rows are multiplied as one padded matrix
+    /// (default: the engine's), see `Tuning::matrix_rows`.
+    #[arg(long)]
+    matrix_rows: Option<usize>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -560,6 +564,9 @@ fn main() -> Result<()> {
     }
     if cli.rows_each {
         tuning.batched_rows = false;
+    }
+    if let Some(rows) = cli.matrix_rows {
+        tuning.matrix_rows = rows;
     }
     let options = LoadOptions {
         dtype,
