@@ -1,5 +1,5 @@
 //! Decode rows of several sequences stepped together over shared buffers (`rows.rs`): every
-//! row's logits and caches are its own alone, through joins, a row stepping alone, a rewind,
+//! row's logits and caches are its own alone, bit for bit on MLX's CPU backend, through joins, a row stepping alone, a rewind,
 //! a row leaving, buffer growth and a sliding buffer moving its start, across the sliding window.
 
 use std::path::{Path, PathBuf};
@@ -53,7 +53,7 @@ impl Sequence {
         Self {
             rows: alone.clone(),
             alone,
-            next: top(&host(&logits)).0,
+            next: top(&host(&logits)),
         }
     }
 
@@ -63,7 +63,7 @@ impl Sequence {
         let a = host(&model.forward_array(&ids, &mut self.rows, Some(1)).unwrap());
         let b = host(&model.forward_array(&ids, &mut self.alone, Some(1)).unwrap());
         assert_eq!(a, b, "a step alone after stepping with others");
-        self.next = top(&b).0;
+        self.next = top(&b);
     }
 
     fn trim(&mut self, n: usize) {
@@ -82,25 +82,21 @@ impl Sequence {
             let (start, end) = (a.offset() - a.held(), a.offset());
             let (rk, rv) = r.positions(start, end).unwrap();
             let (ak, av) = a.positions(start, end).unwrap();
-            assert!(close(&host(&rk), &host(&ak)) < 1e-4, "slot {slot}: keys");
-            assert!(close(&host(&rv), &host(&av)) < 1e-4, "slot {slot}: values");
+            assert_eq!(host(&rk), host(&ak), "slot {slot}: keys");
+            assert_eq!(host(&rv), host(&av), "slot {slot}: values");
         }
     }
 }
 
-/// The largest id and the gap to the runner-up.
-fn top(logits: &[f32]) -> (u32, f32) {
+/// The id of the largest logit.
+fn top(logits: &[f32]) -> u32 {
     let mut best = (0usize, f32::NEG_INFINITY);
-    let mut second = f32::NEG_INFINITY;
     for (i, &x) in logits.iter().enumerate() {
         if x > best.1 {
-            second = best.1;
             best = (i, x);
-        } else if x > second {
-            second = x;
         }
     }
-    (best.0 as u32, best.1 - second)
+    best.0 as u32
 }
 
 /// max |a − b| / max |b|.
@@ -112,9 +108,6 @@ fn close(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
     diff / b.iter().fold(0.0f32, |m, y| m.max(y.abs())).max(1e-30)
 }
-
-/// The largest relative difference of a row's logits from its lone ones seen so far.
-static WORST: std::sync::Mutex<f32> = std::sync::Mutex::new(0.0);
 
 /// `steps` decode steps of `seqs` together, each row compared with its step alone. Returns
 /// whether the rows' caches were views of shared buffers after every step.
@@ -135,16 +128,11 @@ fn together(model: &Model, seqs: &mut [&mut Sequence], steps: usize) -> bool {
             let row = &logits[i * vocab..(i + 1) * vocab];
             let ids = Array::from_slice(&[s.next], &[1]);
             let alone = host(&model.forward_array(&ids, &mut s.alone, Some(1)).unwrap());
-            assert!(
-                close(row, &alone) < 1e-4,
-                "row {i}: logits differ from alone"
-            );
-            let (best, gap) = top(&alone);
-            // (A near-tie may break either way in the last bits; none is that close here.)
-            if gap > 1e-3 {
-                assert_eq!(top(row).0, best, "row {i}: a different next token");
-            }
-            s.next = best;
+            // (On MLX's CPU backend, where the tests run, bit for bit; a GPU's kernels may
+            // group the float sums differently.)
+            let diff = close(row, &alone);
+            assert_eq!(diff, 0.0, "row {i}: logits differ from alone by {diff:e}");
+            s.next = top(&alone);
         }
     }
     shared
@@ -186,10 +174,6 @@ fn rows_stepped_together_are_each_what_they_are_alone_through_joins_rewinds_and_
     // The caches outlive the buffers they were views of.
     b.step_alone(&model);
     b.assert_caches_agree();
-    eprintln!(
-        "largest relative difference from alone: {:e}",
-        *WORST.lock().unwrap()
-    );
 }
 
 #[test]
