@@ -179,14 +179,7 @@ impl Attention {
             )));
         }
         let owns = rows.iter().all(|r| matches!(r.kv, KvInput::Own(_)));
-        let joined = match &self.head_scales {
-            Some(_) if owns => self.qkv_proj.forward_joined(x, tuning)?,
-            _ => None,
-        };
-        let projected = match joined {
-            Some(_) => Vec::new(),
-            None => self.qkv_proj.forward(x, tuning)?,
-        };
+        let (joined, projected) = self.project(x, owns, tuning)?;
         // One sequence alone keeps its scalar offset and takes the arrays whole: its graph is
         // the single-sequence one.
         let built;
@@ -240,15 +233,7 @@ impl Attention {
         positions: &Array,
         tuning: &Tuning,
     ) -> Result<(Array, Produced)> {
-        let owns = matches!(kv, BatchedKv::Own(_));
-        let joined = match &self.head_scales {
-            Some(_) if owns => self.qkv_proj.forward_joined(x, tuning)?,
-            _ => None,
-        };
-        let projected = match joined {
-            Some(_) => Vec::new(),
-            None => self.qkv_proj.forward(x, tuning)?,
-        };
+        let (joined, projected) = self.project(x, matches!(kv, BatchedKv::Own(_)), tuning)?;
         let (queries, new_kv) = self.heads(joined.as_ref(), &projected, At::Rows(positions))?;
         let (keys, values) = match (kv, new_kv) {
             (BatchedKv::Own(layer), Some((k, v))) => layer.write_and_fetch(&k, &v, step)?,
@@ -279,6 +264,25 @@ impl Attention {
             self.o_proj.forward(&out, tuning)?,
             Produced::Batched((keys, values)),
         ))
+    }
+
+    /// The q|k|v projection of `x`: fused (`joined`) where the layer owns its K/V (`owns`) and
+    /// has the fused head scales, else the separate projections.
+    fn project(
+        &self,
+        x: &Array,
+        owns: bool,
+        tuning: &Tuning,
+    ) -> Result<(Option<Array>, Vec<Array>)> {
+        let joined = match &self.head_scales {
+            Some(_) if owns => self.qkv_proj.forward_joined(x, tuning)?,
+            _ => None,
+        };
+        let projected = match joined {
+            Some(_) => Vec::new(),
+            None => self.qkv_proj.forward(x, tuning)?,
+        };
+        Ok((joined, projected))
     }
 
     /// The heads of every row (`[rows, heads, T, d]`) and, in layers that own their K/V, the

@@ -1,31 +1,18 @@
 //! Loading real-layout checkpoints: the tiny fixtures load, and every kind of damage to a model
 //! folder gets one clear error naming what is wrong (never a panic).
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use gemma::{LoadOptions, Model};
 use safetensors::tensor::TensorView;
 
-fn fixture(name: &str) -> PathBuf {
-    let root = std::env::var_os("GEMMA_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures")
-        });
-    let dir = root.join(name);
-    assert!(
-        dir.join("config.json").exists(),
-        "fixture {} missing: run `make fixtures`",
-        dir.display()
-    );
-    dir
-}
-
 /// A writable copy of a fixture.
 fn copy_of(name: &str) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(fixture(name)).unwrap().flatten() {
+    for entry in std::fs::read_dir(common::fixture(name)).unwrap().flatten() {
         if entry.path().is_file() {
             std::fs::copy(entry.path(), tmp.path().join(entry.file_name())).unwrap();
         }
@@ -77,7 +64,7 @@ fn first_shard(dir: &Path) -> String {
 #[test]
 fn every_fixture_variant_loads_with_its_layer_table() {
     for name in ["tiny", "tiny-optiq", "tiny-plmp-bf16"] {
-        let model = Model::load(&fixture(name), &LoadOptions::default())
+        let model = Model::load(&common::fixture(name), &LoadOptions::default())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let layers = model.layers();
         let owners = layers.iter().filter(|l| l.owns_kv()).count();
@@ -187,7 +174,7 @@ fn broken_configs_are_explained() {
 #[test]
 fn kv_tensors_of_shared_layers_are_ignored() {
     // The OptiQ fixture carries K/V projections for some KV-shared layers, as some uploads do.
-    let dir = fixture("tiny-optiq");
+    let dir = common::fixture("tiny-optiq");
     let mut has_shared_kv = false;
     for entry in std::fs::read_dir(&dir).unwrap().flatten() {
         if entry.path().extension().is_some_and(|e| e == "safetensors") {
@@ -208,7 +195,7 @@ fn kv_tensors_of_shared_layers_are_ignored() {
 
 #[test]
 fn kv_quantization_follows_kv_config_and_stays_close_to_the_plain_cache() {
-    let dir = fixture("tiny-optiq");
+    let dir = common::fixture("tiny-optiq");
     let options = LoadOptions {
         dtype: Some(mlx_rs::Dtype::Float32),
         kv_quantization: true,
@@ -302,7 +289,7 @@ fn kv_bytes_is_what_the_caches_hold_plain_and_quantized() {
             kv_quantization,
             ..LoadOptions::default()
         };
-        let model = Model::load(&fixture(name), &options).unwrap();
+        let model = Model::load(&common::fixture(name), &options).unwrap();
         let mut caches = model.new_caches();
         let held = |caches: &[gemma::KvCache]| -> usize {
             caches

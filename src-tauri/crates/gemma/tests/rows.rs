@@ -2,25 +2,10 @@
 //! row's logits and caches are its own alone, bit for bit on MLX's CPU backend, through joins, a row stepping alone, a rewind,
 //! a row leaving, buffer growth and a sliding buffer moving its start, across the sliding window.
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use gemma::{KvCache, LoadOptions, Model, Tuning};
 use mlx_rs::{Array, Dtype};
-
-fn fixture(name: &str) -> PathBuf {
-    let root = std::env::var_os("GEMMA_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures")
-        });
-    let dir = root.join(name);
-    assert!(
-        dir.join("config.json").exists(),
-        "fixture {} missing: run `make fixtures`",
-        dir.display()
-    );
-    dir
-}
 
 fn load(name: &str, kv_quantization: bool) -> Model {
     let options = LoadOptions {
@@ -28,7 +13,7 @@ fn load(name: &str, kv_quantization: bool) -> Model {
         kv_quantization,
         tuning: Tuning::for_backend(),
     };
-    Model::load(&fixture(name), &options).unwrap()
+    Model::load(&common::fixture(name), &options).unwrap()
 }
 
 fn host(a: &Array) -> Vec<f32> {
@@ -180,7 +165,7 @@ fn rows_stepped_together_are_each_what_they_are_alone_through_joins_rewinds_and_
 fn rows_multiplied_as_one_padded_matrix_are_each_what_they_are_alone() {
     // (`Tuning::matrix_rows`, CUDA's default: the quantized layers see one matrix of 8 rows.)
     let model = Model::load(
-        &fixture("tiny"),
+        &common::fixture("tiny"),
         &LoadOptions {
             dtype: Some(Dtype::Float32),
             tuning: Tuning {
@@ -215,7 +200,7 @@ fn rows_whose_caches_are_stored_quantized_step_each_over_its_own() {
 fn stepping_rows_each_over_its_own_caches_gives_the_same_as_over_shared_buffers() {
     let shared = load("tiny", false);
     let own = Model::load(
-        &fixture("tiny"),
+        &common::fixture("tiny"),
         &LoadOptions {
             dtype: Some(Dtype::Float32),
             tuning: Tuning {

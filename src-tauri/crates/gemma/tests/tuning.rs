@@ -2,26 +2,11 @@
 //! different kernel choices and both give the same logits (bit for bit where the choice only
 //! splits the work, within float32 rounding where it changes the kernel).
 
-use std::path::{Path, PathBuf};
+mod common;
 
 use gemma::tuning::{DecodeAttention, DenseFrom};
 use gemma::{LoadOptions, Model, Tuning};
 use mlx_rs::{Array, Dtype};
-
-fn fixture(name: &str) -> PathBuf {
-    let root = std::env::var_os("GEMMA_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../tests/out/fixtures")
-        });
-    let dir = root.join(name);
-    assert!(
-        dir.join("config.json").exists(),
-        "fixture {} missing: run `make fixtures`",
-        dir.display()
-    );
-    dir
-}
 
 fn load(tuning: Tuning) -> Model {
     load_in(Dtype::Float32, tuning)
@@ -33,7 +18,7 @@ fn load_in(dtype: Dtype, tuning: Tuning) -> Model {
         tuning,
         ..LoadOptions::default()
     };
-    Model::load(&fixture("tiny"), &options).unwrap()
+    Model::load(&common::fixture("tiny"), &options).unwrap()
 }
 
 /// Logits of a 12-token prefill (every position) and of three decode steps after it.
