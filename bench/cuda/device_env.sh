@@ -24,6 +24,10 @@ if [ -f "$CARRY/mlx_ptx.tar.xz" ] && [ ! -d "$MLX_PTX_CACHE_DIR" ]; then
   mkdir -p "$MLX_PTX_CACHE_DIR" && tar -C "$MLX_PTX_CACHE_DIR" -xJf "$CARRY/mlx_ptx.tar.xz"
 fi
 export PYTHONPATH=$SITE CUDA_HOME=/usr/local/cuda
+# The bench binary's commit, for the results entries (bench/bench.py `commit()`).
+if [ -z "${BENCH_COMMIT:-}" ] && [ -f "$CARRY/commit" ]; then
+  BENCH_COMMIT=$(cat "$CARRY/commit"); export BENCH_COMMIT
+fi
 LD_LIBRARY_PATH=$SITE/mlx/lib:$(ls -d "$NVIDIA"/*/lib | tr '\n' ':')
 export LD_LIBRARY_PATH
 
