@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 /// Buffers grow (and a sliding buffer's start moves) in steps of this many positions.
 const CHUNK: usize = 256;
 
-/// Where each rows' buffer state gets its unique stamps from.
+/// The source of stamps: each gathered or stepped state of the rows' buffers gets a new one.
 static STAMPS: AtomicU64 = AtomicU64::new(1);
 
 /// Where the buffers of one kind of layer start and how far they reach (every layer of a kind
