@@ -241,7 +241,7 @@ impl KvCache {
     /// Whether this cache is a view of the buffers of rows stepped together (see
     /// [`crate::Model::forward_rows`]) rather than arrays of its own.
     pub fn is_batch_view(&self) -> bool {
-        self.buffer().lent.is_some()
+        self.lent_to().is_some()
     }
 
     /// Makes the cache a view of a batched step's buffers: `keys`/`values` are the positions it

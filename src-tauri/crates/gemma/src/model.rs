@@ -207,9 +207,10 @@ impl Model {
     ///
     /// Two rows or more step over buffers shared by the rows (`rows.rs`), kept here from step
     /// to step while the same rows step together; each row's caches become views of them. Row
-    /// `i` then attends exactly its own positions, but over a longer, masked key range: its
-    /// logits may differ from its lone ones in the last bits (the order of float sums), not
-    /// more. Caches stored quantized step per row, each over its own caches, as alone.
+    /// `i` then attends exactly its own positions, over a longer, masked key range: on MLX's
+    /// CPU backend its logits are its lone ones bit for bit; a GPU's kernels may group the float
+    /// sums differently (the last bits). Caches stored quantized step per row, each over its
+    /// own caches, as alone.
     pub fn forward_rows(&self, ids: &Array, caches: &mut [&mut [KvCache]]) -> Result<Array> {
         if caches.len() < 2 || !self.tuning.batched_rows {
             return self.text.forward_rows(ids, caches, None, &self.tuning);

@@ -41,7 +41,7 @@ struct Span {
 }
 
 /// One cache-owning layer's keys and values of every row.
-struct LayerRows {
+pub(crate) struct LayerRows {
     keys: Array,
     values: Array,
     kind: AttentionKind,
@@ -90,14 +90,11 @@ impl RowsStep {
 
 /// A layer's K/V in a batched step: its own buffers, or those its producer attended.
 pub(crate) enum BatchedKv<'a> {
-    Own(&'a mut RowsLayer),
+    Own(&'a mut LayerRows),
     Shared((Array, Array)),
 }
 
-/// One owning layer's buffers, lent to its attention for a step.
-pub(crate) struct RowsLayer(LayerRows);
-
-impl RowsLayer {
+impl LayerRows {
     /// Writes each row's new keys and values (`[rows, kv_heads, 1, d]`) at its position and
     /// returns the range of the buffers the step attends.
     pub fn write_and_fetch(
@@ -106,11 +103,10 @@ impl RowsLayer {
         values: &Array,
         step: &KindStep,
     ) -> Result<(Array, Array)> {
-        let layer = &mut self.0;
-        layer.keys = mlx_rs::ops::select(&step.write, keys, &layer.keys)?;
-        layer.values = mlx_rs::ops::select(&step.write, values, &layer.values)?;
+        self.keys = mlx_rs::ops::select(&step.write, keys, &self.keys)?;
+        self.values = mlx_rs::ops::select(&step.write, values, &self.values)?;
         let range = |a: &Array| a.index((.., .., step.lo..step.hi, ..));
-        Ok((range(&layer.keys), range(&layer.values)))
+        Ok((range(&self.keys), range(&self.values)))
     }
 }
 
@@ -269,18 +265,14 @@ impl RowsKv {
         })
     }
 
-    /// Lends each layer's buffers to the step.
-    pub fn layers(&mut self) -> Vec<RowsLayer> {
-        std::mem::take(&mut self.layers)
-            .into_iter()
-            .map(RowsLayer)
-            .collect()
+    /// Cache slot `slot`'s buffers, for its layer's attention in a step.
+    pub fn layer_mut(&mut self, slot: usize) -> Option<&mut LayerRows> {
+        self.layers.get_mut(slot)
     }
 
-    /// Takes the layers back after the step and sets every row's caches to its part of them,
-    /// stamped so that the next step knows them.
-    pub fn finish(&mut self, layers: Vec<RowsLayer>, caches: &mut [&mut [KvCache]]) -> Result<()> {
-        self.layers = layers.into_iter().map(|l| l.0).collect();
+    /// After a step: sets every row's caches to its part of the buffers, stamped so that the
+    /// next step knows them.
+    pub fn finish(&mut self, caches: &mut [&mut [KvCache]]) -> Result<()> {
         let stamp = STAMPS.fetch_add(1, Ordering::Relaxed);
         for (row, row_caches) in caches.iter_mut().enumerate() {
             let end = self.offsets[row] + 1;

@@ -320,7 +320,7 @@ impl TextModel {
 
     /// One decode step of several sequences at once: `ids` (`[n]`) holds each sequence's next
     /// token and `caches[i]` sequence `i`'s caches (each at its own position). The projections,
-    /// the MLPs and the head run once for all rows, each row as a vector of its own. Attention
+    /// the MLPs and the head run once for all rows (see `Tuning::matrix_rows`). Attention
     /// runs over `batched`, the rows' shared buffers, when given (one write and one masked
     /// attention per layer for every row; the rows' caches become views of the buffers, see
     /// `rows.rs`), else per row over its own caches (see
@@ -359,57 +359,49 @@ impl TextModel {
         // Each row's position for RoPE, uploaded once for every layer of this step.
         let positions: Vec<i32> = offsets.iter().map(|&o| o as i32).collect();
         let positions = Array::from_slice(&positions, &[n as i32]);
-        let (step, mut lent, batched) = match batched {
-            Some(kv) => {
-                let step = kv.begin(&positions)?;
-                let lent = kv.layers();
-                (Some(step), lent, Some(kv))
-            }
-            None => (None, Vec::new(), None),
+        let mut batched = batched;
+        let step = match batched.as_deref_mut() {
+            Some(kv) => Some(kv.begin(&positions)?),
+            None => None,
         };
         let mut produced: Vec<Option<Produced>> = vec![None; self.layers.len()];
         let mut cache_slot = 0;
         for (i, layer) in self.layers.iter().enumerate() {
             let missing = || Error::Input(format!("layer {i} has no K/V for every row"));
-            let rows = match (&step, layer.spec.kv) {
-                (Some(step), KvSource::Own { .. }) => {
+            let rows = match layer.spec.kv {
+                KvSource::Own { .. } => {
                     let slot = cache_slot;
                     cache_slot += 1;
-                    Rows::Batched {
-                        kv: BatchedKv::Own(lent.get_mut(slot).ok_or_else(missing)?),
-                        step: step.of(layer.spec.kind),
-                        positions: &positions,
+                    match (batched.as_deref_mut(), &step) {
+                        (Some(kv), Some(step)) => Rows::Batched {
+                            kv: BatchedKv::Own(kv.layer_mut(slot).ok_or_else(missing)?),
+                            step: step.of(layer.spec.kind),
+                            positions: &positions,
+                        },
+                        _ => Rows::Each(
+                            caches
+                                .iter_mut()
+                                .zip(&offsets)
+                                .map(|(c, &offset)| {
+                                    let cache = c.get_mut(slot).ok_or_else(|| {
+                                        Error::Input("too few caches for this model".into())
+                                    })?;
+                                    Ok(Row {
+                                        kv: KvInput::Own(cache),
+                                        offset,
+                                    })
+                                })
+                                .collect::<Result<_>>()?,
+                        ),
                     }
                 }
-                (Some(step), KvSource::Shared { producer }) => match &produced[producer] {
-                    Some(Produced::Batched(kv)) => Rows::Batched {
+                KvSource::Shared { producer } => match (&produced[producer], &step) {
+                    (Some(Produced::Batched(kv)), Some(step)) => Rows::Batched {
                         kv: BatchedKv::Shared(kv.clone()),
                         step: step.of(layer.spec.kind),
                         positions: &positions,
                     },
-                    _ => return Err(missing()),
-                },
-                (None, KvSource::Own { .. }) => {
-                    let slot = cache_slot;
-                    cache_slot += 1;
-                    Rows::Each(
-                        caches
-                            .iter_mut()
-                            .zip(&offsets)
-                            .map(|(c, &offset)| {
-                                let cache = c.get_mut(slot).ok_or_else(|| {
-                                    Error::Input("too few caches for this model".into())
-                                })?;
-                                Ok(Row {
-                                    kv: KvInput::Own(cache),
-                                    offset,
-                                })
-                            })
-                            .collect::<Result<_>>()?,
-                    )
-                }
-                (None, KvSource::Shared { producer }) => match &produced[producer] {
-                    Some(Produced::Each(kvs)) if kvs.len() == n => Rows::Each(
+                    (Some(Produced::Each(kvs)), None) if kvs.len() == n => Rows::Each(
                         kvs.iter()
                             .zip(&offsets)
                             .map(|(kv, &offset)| {
@@ -441,7 +433,7 @@ impl TextModel {
             produced[i] = Some(kv);
         }
         if let Some(kv) = batched {
-            kv.finish(lent, caches)?;
+            kv.finish(caches)?;
         }
         let h = fast::rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?;
         let logits = self.head(&h, tuning)?;
