@@ -2,6 +2,7 @@
 //! stream under the generator, the engine thread). Knows nothing of windows or of where models
 //! come from (`model-store`).
 
+pub mod audio;
 pub mod checkpoint;
 pub mod constraint;
 pub mod detokenize;
