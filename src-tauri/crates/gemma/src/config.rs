@@ -92,6 +92,162 @@ pub struct VisionConfig {
     pub rope_parameters: Option<RopeParameters>,
 }
 
+/// The audio tower's configuration (`audio_config`; docs/AUDIO.md "The audio tower").
+#[derive(Debug, Clone, Deserialize)]
+pub struct AudioConfig {
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    /// Output channels of the two subsampling convolutions.
+    pub subsampling_conv_channels: Vec<usize>,
+    #[serde(default = "five")]
+    pub conv_kernel_size: usize,
+    #[serde(default = "half")]
+    pub residual_weight: f32,
+    #[serde(default = "twelve")]
+    pub attention_chunk_size: usize,
+    #[serde(default = "thirteen")]
+    pub attention_context_left: usize,
+    #[serde(default)]
+    pub attention_context_right: usize,
+    #[serde(default = "fifty")]
+    pub attention_logit_cap: f32,
+    #[serde(default = "invalid_logit")]
+    pub attention_invalid_logits_value: f32,
+    #[serde(default = "eps")]
+    pub rms_norm_eps: f32,
+    #[serde(default = "gradient_clipping")]
+    pub gradient_clipping: f32,
+    /// Width of the tower's output (`output_proj`); `None` = no output projection.
+    pub output_proj_dims: Option<usize>,
+    #[serde(default = "silu")]
+    pub hidden_act: String,
+}
+
+fn five() -> usize {
+    5
+}
+fn half() -> f32 {
+    0.5
+}
+fn twelve() -> usize {
+    12
+}
+fn thirteen() -> usize {
+    13
+}
+fn fifty() -> f32 {
+    50.0
+}
+fn invalid_logit() -> f32 {
+    -1e9
+}
+fn gradient_clipping() -> f32 {
+    1e10
+}
+fn silu() -> String {
+    "silu".into()
+}
+
+impl AudioConfig {
+    /// Mel bins of the input features (fixed by the reference's subsampling block).
+    pub const MEL_BINS: usize = 128;
+
+    /// Width of the tower's output rows (before `embed_audio`).
+    pub fn output_dims(&self) -> usize {
+        self.output_proj_dims.unwrap_or(self.hidden_size)
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        let sizes = [
+            ("hidden_size", self.hidden_size, 2, MAX_WIDTH),
+            ("num_hidden_layers", self.num_hidden_layers, 1, MAX_HEADS),
+            (
+                "num_attention_heads",
+                self.num_attention_heads,
+                1,
+                MAX_HEADS,
+            ),
+            ("conv_kernel_size", self.conv_kernel_size, 1, MAX_HEADS),
+            (
+                "attention_chunk_size",
+                self.attention_chunk_size,
+                1,
+                MAX_HEADS,
+            ),
+            (
+                "attention_context_left",
+                self.attention_context_left,
+                0,
+                MAX_HEADS,
+            ),
+            (
+                "attention_context_right",
+                self.attention_context_right,
+                0,
+                MAX_HEADS,
+            ),
+            ("output_proj_dims", self.output_dims(), 1, MAX_WIDTH),
+        ];
+        for (name, value, min, max) in sizes {
+            if !(min..=max).contains(&value) {
+                return Err(format!(
+                    "audio_config.{name} is {value}; it must be between {min} and {max}"
+                ));
+            }
+        }
+        if !self.hidden_size.is_multiple_of(2)
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
+            return Err(format!(
+                "audio_config.hidden_size {} must be even and a multiple of num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        match self.subsampling_conv_channels.as_slice() {
+            [a, b] if (1..=MAX_WIDTH).contains(a) && (1..=MAX_WIDTH).contains(b) => {}
+            other => {
+                return Err(format!(
+                    "audio_config.subsampling_conv_channels is {other:?}; expected two positive channel counts"
+                ))
+            }
+        }
+        if self.hidden_act != "silu" {
+            return Err(format!(
+                "audio_config.hidden_act \"{}\" is not supported (only \"silu\")",
+                self.hidden_act
+            ));
+        }
+        let positive = [
+            ("attention_logit_cap", self.attention_logit_cap),
+            ("rms_norm_eps", self.rms_norm_eps),
+            ("gradient_clipping", self.gradient_clipping),
+        ];
+        for (name, v) in positive {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!(
+                    "audio_config.{name} is {v}; it must be a positive number"
+                ));
+            }
+        }
+        let finite = [
+            ("residual_weight", self.residual_weight),
+            (
+                "attention_invalid_logits_value",
+                self.attention_invalid_logits_value,
+            ),
+        ];
+        for (name, v) in finite {
+            if !v.is_finite() {
+                return Err(format!(
+                    "audio_config.{name} is {v}; it must be a finite number"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Bits and group size of one quantized module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub struct QuantSpec {
@@ -147,6 +303,8 @@ impl Quantization {
 pub struct Config {
     pub text: TextConfig,
     pub vision: Option<VisionConfig>,
+    /// `None` when `audio_config` is null or absent: the checkpoint has no audio tower.
+    pub audio: Option<AudioConfig>,
     pub quantization: Quantization,
     pub image_token_id: Option<u32>,
     pub audio_token_id: Option<u32>,
@@ -162,6 +320,7 @@ struct RawConfig {
     model_type: Option<String>,
     text_config: TextConfig,
     vision_config: Option<VisionConfig>,
+    audio_config: Option<serde_json::Value>,
     quantization: Option<serde_json::Value>,
     image_token_id: Option<u32>,
     audio_token_id: Option<u32>,
@@ -195,7 +354,15 @@ impl Config {
             Some(other) => return Err(format!("model_type is \"{other}\", expected \"gemma4\"")),
             None => return Err("model_type is missing (expected \"gemma4\")".into()),
         }
+        let audio = match raw.audio_config {
+            None | Some(serde_json::Value::Null) => None,
+            Some(value) => Some(
+                serde_json::from_value::<AudioConfig>(value)
+                    .map_err(|e| format!("audio_config: {e}"))?,
+            ),
+        };
         let config = Config {
+            audio,
             quantization: Quantization::from_json(raw.quantization.as_ref()),
             text: raw.text_config,
             vision: raw.vision_config,
@@ -321,6 +488,9 @@ impl Config {
             }
         };
         finite("text_config.rms_norm_eps", t.rms_norm_eps)?;
+        if let Some(audio) = &self.audio {
+            audio.validate()?;
+        }
         if let Some(cap) = t.final_logit_softcapping {
             finite("text_config.final_logit_softcapping", cap)?;
         }

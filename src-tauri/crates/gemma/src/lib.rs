@@ -1,6 +1,7 @@
 //! Gemma 4 E4B on MLX: the model, knowing nothing of prompts, chats or windows.
 
 pub mod attention;
+pub mod audio;
 pub mod cache;
 pub mod config;
 mod decoder;
@@ -16,6 +17,7 @@ pub mod tuning;
 pub mod vision;
 pub mod weights;
 
+pub use audio::{AudioTower, Mel};
 pub use cache::KvCache;
 pub use config::Config;
 pub use drafter::{DonorKv, Donors, Drafter};

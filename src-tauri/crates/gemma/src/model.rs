@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use mlx_rs::transforms::eval;
 use mlx_rs::{Array, Dtype, Stream};
 
+use crate::audio::AudioTower;
 use crate::cache::KvCache;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -34,6 +35,7 @@ pub struct Model {
     table: Vec<LayerSpec>,
     text: TextModel,
     vision: Option<VisionTower>,
+    audio: Option<AudioTower>,
     tuning: Tuning,
     /// The buffers of the rows last stepped together.
     rows: Mutex<Option<RowsKv>>,
@@ -65,11 +67,19 @@ impl Model {
             .filter(|l| matches!(l.kv, KvSource::Shared { .. }))
             .map(|l| l.index)
             .collect();
-        store.ignore_where(|name| is_unused(name, &shared));
+        let has_audio = config.audio.is_some();
+        store.ignore_where(|name| is_unused(name, &shared, has_audio));
         // Missing or wrong tensors stand in as zeros until `finish` reports them all at once.
         let root = store.root(&config.quantization, dtype);
         let text = TextModel::load(&root, &config, &table)?;
         let vision = VisionTower::load(&root, &config, options.tuning)?;
+        // The audio tower computes in float32 from its weights as stored, unless a dtype was
+        // chosen (docs/AUDIO.md "The audio tower").
+        let audio_root = match options.dtype {
+            Some(_) => root.clone(),
+            None => root.as_stored(),
+        };
+        let audio = AudioTower::load(&audio_root, &config, options.tuning)?;
         store.finish()?;
         // Read every weight now (one pass over the files, casts done once), so that the first
         // request pays no loading and no source copy of a cast weight stays alive.
@@ -77,12 +87,16 @@ impl Model {
         if let Some(v) = &vision {
             arrays.extend(v.arrays());
         }
+        if let Some(a) = &audio {
+            arrays.extend(a.arrays());
+        }
         eval(arrays)?;
         Ok(Self {
             config,
             table,
             text,
             vision,
+            audio,
             tuning: options.tuning,
             rows: Mutex::default(),
         })
@@ -101,6 +115,11 @@ impl Model {
     /// The vision tower, when the checkpoint has one.
     pub fn vision(&self) -> Option<&VisionTower> {
         self.vision.as_ref()
+    }
+
+    /// The audio tower, when the checkpoint's config has one (`audio_config` not null).
+    pub fn audio(&self) -> Option<&AudioTower> {
+        self.audio.as_ref()
     }
 
     /// The per-layer geometry.
@@ -274,11 +293,11 @@ impl Model {
     }
 }
 
-/// Tensors the model knowingly does not use: the audio tower (not supported yet), K/V of
-/// shared layers (some uploads carry them), rotary buffers and
-/// text-side clip scalars (mlx-vlm drops both).
-fn is_unused(name: &str, shared_layers: &[usize]) -> bool {
-    if name.starts_with("audio_tower.") || name.starts_with("embed_audio.") {
+/// Tensors the model knowingly does not use: audio tensors of a checkpoint whose config has
+/// no audio tower (the reference drops them too), K/V of shared layers (some uploads carry
+/// them), rotary buffers and text-side clip scalars (mlx-vlm drops both).
+fn is_unused(name: &str, shared_layers: &[usize], has_audio: bool) -> bool {
+    if !has_audio && (name.starts_with("audio_tower.") || name.starts_with("embed_audio.")) {
         return true;
     }
     if name.contains("rotary_emb") {

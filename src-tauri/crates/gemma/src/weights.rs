@@ -359,6 +359,7 @@ impl WeightStore {
             quantization,
             dtype,
             prefix: String::new(),
+            stored: false,
         }
     }
 
@@ -403,6 +404,8 @@ pub struct Weights<'a> {
     quantization: &'a Quantization,
     dtype: Dtype,
     prefix: String,
+    /// [`Self::float`] leaves tensors in their stored dtype (see [`Self::as_stored`]).
+    stored: bool,
 }
 
 impl<'a> Weights<'a> {
@@ -467,9 +470,24 @@ impl<'a> Weights<'a> {
         }
     }
 
-    /// Takes a float tensor and casts it to the compute dtype (see [`Self::take`]).
+    /// Takes a float tensor and casts it to the compute dtype (see [`Self::take`]), or leaves
+    /// it as stored under [`Self::as_stored`].
     pub fn float(&self, leaf: &str, shape: &[usize]) -> Result<Array> {
-        to_dtype(self.take(leaf, shape, DtypeClass::Float)?, self.dtype)
+        let array = self.take(leaf, shape, DtypeClass::Float)?;
+        if self.stored {
+            Ok(array)
+        } else {
+            to_dtype(array, self.dtype)
+        }
+    }
+
+    /// This path with float tensors handed out in their stored dtype (the audio tower computes
+    /// in float32 from its weights as stored, as the reference does).
+    pub fn as_stored(&self) -> Weights<'a> {
+        Weights {
+            stored: true,
+            ..self.clone()
+        }
     }
 
     /// Zeros standing in for a tensor that could not be taken.

@@ -9,17 +9,6 @@ use std::path::Path;
 use gemma::{LoadOptions, Model};
 use safetensors::tensor::TensorView;
 
-/// A writable copy of a fixture.
-fn copy_of(name: &str) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(common::fixture(name)).unwrap().flatten() {
-        if entry.path().is_file() {
-            std::fs::copy(entry.path(), tmp.path().join(entry.file_name())).unwrap();
-        }
-    }
-    tmp
-}
-
 fn load_error(dir: &Path) -> String {
     match Model::load(dir, &LoadOptions::default()) {
         Ok(_) => panic!("{} loaded, but it is broken", dir.display()),
@@ -79,7 +68,7 @@ fn every_fixture_variant_loads_with_its_layer_table() {
 
 #[test]
 fn missing_and_unexpected_tensors_are_listed_together() {
-    let tmp = copy_of("tiny-plmp-bf16");
+    let tmp = common::copy_of("tiny-plmp-bf16");
     let file = first_shard(tmp.path());
     let mut removed = String::new();
     rewrite(tmp.path(), &file, |t| {
@@ -103,7 +92,7 @@ fn missing_and_unexpected_tensors_are_listed_together() {
 
 #[test]
 fn a_missing_tensor_is_named() {
-    let tmp = copy_of("tiny-plmp-bf16");
+    let tmp = common::copy_of("tiny-plmp-bf16");
     let file = first_shard(tmp.path());
     rewrite(tmp.path(), &file, |t| {
         t.remove("language_model.model.layers.2.post_attention_layernorm.weight");
@@ -118,7 +107,7 @@ fn a_missing_tensor_is_named() {
 
 #[test]
 fn a_misshapen_tensor_names_its_shapes() {
-    let tmp = copy_of("tiny-plmp-bf16");
+    let tmp = common::copy_of("tiny-plmp-bf16");
     let file = first_shard(tmp.path());
     rewrite(tmp.path(), &file, |t| {
         let norm = t.get_mut("language_model.model.norm.weight").unwrap();
@@ -134,7 +123,7 @@ fn a_misshapen_tensor_names_its_shapes() {
 
 #[test]
 fn truncated_and_lying_files_are_rejected_before_reading_tensors() {
-    let tmp = copy_of("tiny-plmp-bf16");
+    let tmp = common::copy_of("tiny-plmp-bf16");
     let path = tmp.path().join(first_shard(tmp.path()));
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() - 1000]).unwrap();
@@ -153,7 +142,7 @@ fn truncated_and_lying_files_are_rejected_before_reading_tensors() {
 
 #[test]
 fn broken_configs_are_explained() {
-    let tmp = copy_of("tiny-plmp-bf16");
+    let tmp = common::copy_of("tiny-plmp-bf16");
     let config = tmp.path().join("config.json");
     let text = std::fs::read_to_string(&config).unwrap();
 
@@ -242,7 +231,7 @@ fn kv_quantization_follows_kv_config_and_stays_close_to_the_plain_cache() {
     );
 
     // A kv_config naming a layer without its own cache is refused.
-    let tmp = copy_of("tiny-optiq");
+    let tmp = common::copy_of("tiny-optiq");
     std::fs::write(
         tmp.path().join("kv_config.json"),
         r#"[{"layer_idx": 11, "bits": 4, "group_size": 64}]"#,
@@ -257,7 +246,7 @@ fn kv_quantization_follows_kv_config_and_stays_close_to_the_plain_cache() {
 
 #[test]
 fn problems_of_the_decoder_and_the_vision_tower_are_reported_in_one_error() {
-    let tmp = copy_of("tiny-plmp-bf16");
+    let tmp = common::copy_of("tiny-plmp-bf16");
     let file = first_shard(tmp.path());
     let text_norm = "language_model.model.layers.1.input_layernorm.weight";
     let vision_bound = "vision_tower.encoder.layers.0.mlp.up_proj.output_max";

@@ -21,6 +21,18 @@ pub fn fixture(name: &str) -> PathBuf {
     dir
 }
 
+/// A writable copy of the fixture `name` (its files, not its subfolders).
+#[allow(dead_code)]
+pub fn copy_of(name: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(fixture(name)).unwrap().flatten() {
+        if entry.path().is_file() {
+            std::fs::copy(entry.path(), tmp.path().join(entry.file_name())).unwrap();
+        }
+    }
+    tmp
+}
+
 /// A float32 array of `shape` drawn from the standard normal distribution with `seed`.
 #[allow(dead_code)]
 pub fn normal(shape: &[i32], seed: u64) -> Array {
