@@ -25,7 +25,8 @@ export CARGO_TERM_COLOR := never
 
 APT_PACKAGES := build-essential pkg-config curl file cmake libssl-dev libclang-dev \
   libwebkit2gtk-4.1-dev libgtk-3-dev libayatana-appindicator3-dev librsvg2-dev libxdo-dev \
-  python3-venv xvfb xauth webkit2gtk-driver xdotool xclip python3-gi gir1.2-gtk-3.0 iproute2
+  python3-venv xvfb xauth webkit2gtk-driver xdotool xclip python3-gi gir1.2-gtk-3.0 iproute2 \
+  ffmpeg espeak-ng
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 APP := target/debug/gemma-desk
@@ -102,7 +103,7 @@ clean-deps:
 fixtures: $(FIXTURES)/.stamp
 $(FIXTURES)/.stamp: $(PYENV)/.installed $(wildcard tests/fixtures/*)
 	rm -rf $(FIXTURES) && mkdir -p $(FIXTURES)
-	for v in tiny tiny-optiq tiny-plmp-bf16; do \
+	for v in tiny tiny-optiq tiny-plmp-bf16 tiny-audio-e4b; do \
 	  $(PYENV)/bin/python tests/fixtures/make_checkpoint.py --variant $$v --out $(FIXTURES)/$$v || exit 1; done
 	$(PYENV)/bin/python tests/fixtures/make_drafter.py --target $(FIXTURES)/tiny --out $(FIXTURES)/tiny-assistant
 	touch $@
@@ -122,7 +123,10 @@ test-ui:
 test-parity: fixtures build-all
 	$(PYENV)/bin/python tests/parity/run_all.py --cli $(CLI) --fixtures $(FIXTURES)
 	$(PYENV)/bin/python tests/parity/image_parity.py --model $(FIXTURES)/tiny --preprocess target/debug/examples/preprocess
+	$(PYENV)/bin/python tests/parity/audio_tower_parity.py --model $(FIXTURES)/tiny --model $(FIXTURES)/tiny-audio-e4b --bin target/debug/examples/audio_tower
 	$(PYENV)/bin/python tests/parity/mtp_parity.py --cli $(CLI) --model $(FIXTURES)/tiny --drafter $(FIXTURES)/tiny-assistant
+	$(PYENV)/bin/python tests/parity/audio_features_parity.py --features target/debug/examples/audio_features
+	$(PYENV)/bin/python tests/parity/audio_parity.py --cli $(CLI) --model $(FIXTURES)/tiny
 
 # The local API through clients nobody here wrote: the official `openai` Python SDK and
 # `langchain-openai` (tests/requirements.txt), and the official `openai` Node SDK
@@ -181,7 +185,7 @@ check-macos: macos-deps ui
 # starting from fuzz/seeds/<target>; new inputs go to fuzz/corpus/<target>, crashes to
 # fuzz/artifacts/<target> (and fail the run).
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := safetensors_header weights_index model_config chat_template image_decode
+FUZZ_TARGETS := safetensors_header weights_index model_config chat_template image_decode audio_decode
 CARGO_FUZZ := $(DEPS)/cargo/bin/cargo-fuzz
 
 .PHONY: fuzz cargo-fuzz

@@ -119,11 +119,14 @@ def metrics(r: dict) -> dict:
     out["followup_ttft_ms"] = r["followup"]["ttft_s"] * 1000
     if "again_ttft_s" in r["followup"]:
         out["followup_again_ttft_ms"] = r["followup"]["again_ttft_s"] * 1000
+    for clip in r.get("audio", []):
+        out[f"audio_{clip['seconds']}s_ttft_ms"] = clip["ttft_s"] * 1000
     return out
 
 
 # (key, label, higher is better, target ratio or None)
-def rows(prefill: list[int], decode: int, decode_prompt: int, conversation: int, image_tokens: int, gpu: bool):
+def rows(prefill: list[int], decode: int, decode_prompt: int, conversation: int, image_tokens: int, gpu: bool,
+         audio_seconds: tuple[int, ...] = ()):
     decode_target = 1.5 if gpu else 1.15
     out = [
         ("load_cold_s", "load, cold page cache (s)", False, 1.0),
@@ -139,6 +142,7 @@ def rows(prefill: list[int], decode: int, decode_prompt: int, conversation: int,
         ("followup_ttft_ms", f"follow-up TTFT in a {conversation}-token chat (ms)", False, 0.3),
         ("followup_again_ttft_ms", "the next follow-up, its shapes met once (ms)", False, None),
     ]
+    out += [(f"audio_{s}s_ttft_ms", f"audio TTFT, a {s} s clip + question (ms)", False, 0.7) for s in audio_seconds]
     return out
 
 
@@ -194,6 +198,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--answer", type=int, default=16, help="tokens answered before the follow-up")
     p.add_argument("--image-budget", type=int, default=280, help="max soft tokens of the image (70 … 1120)")
     p.add_argument("--no-image-warmup", action="store_true", help="skip each process's uncounted image request")
+    p.add_argument("--audio", action="store_true",
+                   help="also time questions about a 10 s and a 30 s clip (the model needs an audio tower)")
     p.add_argument("--ours", type=Path, default=ROOT / "target/release/gemma-desk-bench")
     p.add_argument("--ours-arg", action="append", default=[], help="extra argument for our worker")
     p.add_argument("--ref-dtype", choices=["float32", "bfloat16"],
@@ -216,7 +222,8 @@ def main(argv: list[str] | None = None) -> None:
         [args.python, REFERENCE, "prepare", "--model", args.model, "--out", plan, "--prefill", args.prefill,
          "--decode", str(args.decode), "--decode-prompt", str(args.decode_prompt),
          "--conversation", str(args.conversation), "--answer", str(args.answer),
-         "--image-budget", str(args.image_budget), *(["--no-image-warmup"] if args.no_image_warmup else [])],
+         "--image-budget", str(args.image_budget), *(["--no-image-warmup"] if args.no_image_warmup else []),
+         *(["--audio"] if args.audio else [])],
         capture_output=True, text=True,
     )
     if prepared.returncode != 0:
@@ -255,7 +262,8 @@ def main(argv: list[str] | None = None) -> None:
     device = runs["ref"][0].get("device", "")
     gpu = "gpu" in device.lower()
     text, summary = table(runs, rows(prefill, args.decode, args.decode_prompt, sizes["conversation_tokens"],
-                                     sizes["image_soft_tokens"], gpu))
+                                     sizes["image_soft_tokens"], gpu,
+                                     tuple(c["seconds"] for c in runs["ours"][0].get("audio", []))))
     ours_dtype, ref_dtype = runs["ours"][0]["dtype"], runs["ref"][0]["dtype"]
     header = (
         f"### {datetime.date.today().isoformat()} · {args.model.name} · MLX {device}\n\n"
@@ -297,6 +305,12 @@ def main(argv: list[str] | None = None) -> None:
         ) + "\n"
     for name, failures in FAILURES.items():
         header += f"- {name}: {len(failures)} worker process(es) failed and were run again: {'; '.join(failures)}\n"
+    clips = runs["ours"][0].get("audio", [])
+    if clips and all("prepare_s" in c for c in clips):
+        header += "- audio TTFT, of which reading and featurizing the file on the CPU (ours, median): " + ", ".join(
+            f"{c['seconds']} s clip {statistics.median(r['audio'][i]['prepare_s'] for r in runs['ours']) * 1000:.1f} ms"
+            for i, c in enumerate(clips)
+        ) + "\n"
     if args.note:
         header += f"- note: {args.note}\n"
     entry = f"{header}\n{text}\n"

@@ -87,6 +87,32 @@ def make_image(path: Path, width: int, height: int) -> None:
     image.save(path)
 
 
+AUDIO_QUESTION = "What is said in this recording?"
+AUDIO_SECONDS = (10, 30)
+
+
+def make_audio(path: Path, seconds: int) -> None:
+    """A deterministic 16 kHz mono 16-bit WAV: harmonics of a gliding pitch under a syllable-rate
+    envelope, with a little noise (speech-like enough that no frame is silent)."""
+    import wave
+
+    import numpy as np
+
+    rate = 16000
+    t = np.arange(seconds * rate) / rate
+    pitch = 140 + 40 * np.sin(2 * np.pi * 0.7 * t)
+    phase = 2 * np.pi * np.cumsum(pitch) / rate
+    voice = sum(np.sin(k * phase) / k for k in range(1, 12))
+    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 4.0 * t) ** 2
+    noise = np.random.default_rng(seconds).standard_normal(t.size)
+    pcm = np.clip(np.round((0.2 * voice * envelope + 0.01 * noise) * 32767), -32768, 32767).astype("<i2")
+    with wave.open(str(path), "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(rate)
+        f.writeframes(pcm.tobytes())
+
+
 def cmd_prepare(args) -> None:
     from mlx_vlm.models.gemma4 import Gemma4Processor
 
@@ -104,6 +130,13 @@ def cmd_prepare(args) -> None:
     from PIL import Image
 
     _, soft_tokens = processor.image_processor([Image.open(image).convert("RGB")], max_soft_tokens=args.image_budget)
+
+    clips = []
+    if args.audio:
+        for seconds in AUDIO_SECONDS:
+            path = args.out.with_name(f"{args.out.stem}_audio{seconds}s.wav")
+            make_audio(path, seconds)
+            clips.append({"path": str(path.resolve()), "seconds": seconds})
 
     _, turn1 = conversation(processor, args.conversation)
     suffix_text = f"<turn|>\n<|turn>user\n{FOLLOW_UP}<turn|>\n<|turn>model\n"
@@ -123,6 +156,8 @@ def cmd_prepare(args) -> None:
         "followup": {"turn1": turn1, "answer_tokens": args.answer, "suffix": suffix},
         "curve": CURVE_LENGTHS,
     }
+    if clips:
+        plan["audio"] = {"question": AUDIO_QUESTION, "clips": clips, "warmup": not args.no_image_warmup}
     args.out.write_text(json.dumps(plan))
     print(
         json.dumps(
@@ -323,6 +358,34 @@ def cmd_run(args) -> None:
     # From the request (question text + image path) to the first token, preprocessing included.
     times, _, last = ask_image(time.perf_counter())
     result["image"] = {"ttft_s": times[0], "prompt_tokens": int(last.prompt_tokens)}
+
+    if "audio" in plan:
+        audio = plan["audio"]
+
+        def ask_audio(path: str, start: float):
+            # The file is read here with the standard library rather than by mlx-audio (which
+            # imports scipy, absent on the device); the array goes through mlx-vlm's own path:
+            # load_audio (16 kHz: no resampling), the processor's feature extractor, the tower.
+            import wave
+
+            import numpy as np
+
+            with wave.open(path, "rb") as f:
+                pcm = np.frombuffer(f.readframes(f.getnframes()), dtype="<i2")
+            samples = pcm.astype(np.float32) / 32768.0
+            prompt = apply_chat_template(processor, model.config, audio["question"], num_audios=1)
+            stream = stream_generate(model, processor, prompt, audio=[samples], max_tokens=1, temperature=0.0)
+            return timed_generation(stream, start)
+
+        if audio["warmup"]:  # every clip length once, as the image: one-time kernel work apart
+            for clip in audio["clips"]:
+                ask_audio(clip["path"], time.perf_counter())
+        result["audio"] = []
+        for clip in audio["clips"]:
+            times, _, last = ask_audio(clip["path"], time.perf_counter())
+            result["audio"].append(
+                {"seconds": clip["seconds"], "ttft_s": times[0], "prompt_tokens": int(last.prompt_tokens)}
+            )
 
     follow = plan["followup"]
     state = PromptCacheState()
@@ -564,6 +627,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--image-budget", type=int, default=280, choices=[70, 140, 280, 560, 1120],
                    help="max soft tokens per image")
     p.add_argument("--no-image-warmup", action="store_true", help="no uncounted image request first")
+    p.add_argument("--audio", action="store_true",
+                   help="also time questions about a 10 s and a 30 s clip (the model needs an audio tower)")
     p.set_defaults(run=cmd_prepare)
     p = sub.add_parser("run", help="run the plan with mlx-vlm, print JSON")
     p.add_argument("--plan", required=True, type=Path)

@@ -7,7 +7,9 @@ What `cargo tauri build` on a Mac will put into Gemma Desk.app, checked against 
 - every `bundle.macOS.files` source exists, and each bundled `libmlx.dylib` has `mlx.metallib`
   beside it from the same wheel (MLX looks for the kernels next to the library, README);
 - the Info.plist and entitlements the app declares parse, and agree with each other (microphone,
-  hardened runtime with an ad-hoc signature);
+  hardened runtime with an ad-hoc signature); when the UI records from the microphone
+  (`getUserMedia` in ui/src), both the usage description and the audio-input entitlement are
+  there, and an Entitlements.plist beside the config is the one it names;
 - every icon listed exists; the .icns holds each size macOS draws (16 to 512, @1x and @2x).
 
 Every problem is listed, each naming the file or the config entry. Exit status 1 if any.
@@ -37,6 +39,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 METALLIB_MAGIC = b"MTLB"
 MICROPHONE_ENTITLEMENT = "com.apple.security.device.audio-input"
 DISABLE_LIBRARY_VALIDATION = "com.apple.security.cs.disable-library-validation"
+# A usage description shorter than this says nothing about why (macOS shows it in the prompt).
+MIN_USAGE_DESCRIPTION = 30
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -193,10 +197,46 @@ class Check:
                 "validation would refuse the bundled libmlx.dylib (no team ID); sign with a "
                 f"Developer ID or add {DISABLE_LIBRARY_VALIDATION}"
             )
+        self.microphone(macos, info, entitlements)
         declared = [str(p) for p in info_paths if p.is_file()]
         if macos.get("entitlements"):
             declared.append(macos["entitlements"])
         self.notes.append(f"plists: {', '.join(declared) or 'none declared (Tauri writes Info.plist)'}")
+
+    def microphone(self, macos: dict, info: dict, entitlements: dict) -> None:
+        """When the UI records (getUserMedia), the bundle must let it: the prompt's text and
+        the entitlement both, whatever the hardened-runtime setting of the day."""
+        beside = self.base / "Entitlements.plist"
+        named = macos.get("entitlements")
+        if beside.is_file() and (not named or self.resolve(named) != beside.resolve()):
+            self.problem(
+                f"{beside} exists but bundle.macOS.entitlements does not name it: the bundle "
+                "would be signed without it"
+            )
+        ui = (self.base / ".." / "ui" / "src").resolve()
+        recorders = sorted(
+            str(path.relative_to(ui))
+            for path in ui.rglob("*.ts")
+            if not path.name.endswith(".test.ts") and "getUserMedia" in path.read_text(errors="replace")
+        ) if ui.is_dir() else []
+        if not recorders:
+            self.notes.append("microphone: the UI does not record")
+            return
+        where = ", ".join(recorders)
+        description = info.get("NSMicrophoneUsageDescription")
+        if not isinstance(description, str) or len(description.strip()) < MIN_USAGE_DESCRIPTION:
+            self.problem(
+                f"the UI records from the microphone ({where}) but no Info.plist has an "
+                f"NSMicrophoneUsageDescription of at least {MIN_USAGE_DESCRIPTION} characters "
+                "saying why: macOS ends an app that opens the microphone without one"
+            )
+        if entitlements.get(MICROPHONE_ENTITLEMENT) is not True:
+            self.problem(
+                f"the UI records from the microphone ({where}) but bundle.macOS.entitlements does "
+                f"not grant {MICROPHONE_ENTITLEMENT}: under the hardened runtime the microphone "
+                "would stay silent and macOS would never ask"
+            )
+        self.notes.append(f"microphone: recorded by {where}; usage description and entitlement present")
 
     def plist(self, path: Path, what: str) -> dict:
         try:

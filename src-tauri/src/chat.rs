@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use chats::{
-    Attachment, Conversation, ConversationSummary, Message, MessageStatus, Role, Store,
-    StreamWriter,
+    Attachment, AttachmentKind, Conversation, ConversationSummary, Message, MessageStatus, Role,
+    Store, StreamWriter,
 };
+use engine::audio::{AudioClip, PreparedAudio};
 use engine::image::{preprocess_path, Preprocessed, SoftTokenBudget};
 use engine::template::{self, Part};
 use engine::worker::{ChatRequest, Engine};
@@ -150,18 +151,23 @@ impl Chat {
         let text = request.text.trim_end();
         if text.trim().is_empty() && request.attachment_ids.is_empty() {
             return Err(Error::Invalid(
-                "type a message or attach an image first".into(),
+                "type a message or attach a file first".into(),
             ));
         }
-        self.check_can_start(&request.attachment_ids)?;
+        self.check_can_start(&[])?;
         let attachments = self.attachments.resolve(&request.attachment_ids)?;
+        let kinds: Vec<AttachmentKind> = attachments.iter().map(|a| a.kind).collect();
+        self.check_can_start(&kinds)?;
         let conversation = match &request.conversation_id {
             Some(id) => self.store.get_conversation(id)?.id,
             None => {
                 if let Some(prompt) = &request.system_prompt {
                     chats::check_system_prompt(prompt)?;
                 }
-                let id = self.store.create_conversation(&title_from(text))?.id;
+                let id = self
+                    .store
+                    .create_conversation(&title_from(text, kinds.first().copied()))?
+                    .id;
                 if let Some(prompt) = &request.system_prompt {
                     self.store.set_system_prompt(&id, Some(prompt))?;
                 }
@@ -181,6 +187,7 @@ impl Chat {
         self.check_can_start(&[])?;
         let conversation = self.store.get_conversation(conversation_id)?;
         let last_user = last_user_message(&conversation)?;
+        self.check_can_start(&kinds_of(&last_user))?;
         self.answer(conversation_id, last_user, settings)
     }
 
@@ -235,15 +242,16 @@ impl Chat {
                 "only your own messages can be edited".into(),
             ));
         }
+        self.check_can_start(&kinds_of(original))?;
         let text = text.trim_end();
         if text.trim().is_empty() && original.attachments.is_empty() {
             return Err(Error::Invalid("the edited message is empty".into()));
         }
-        let images: Vec<chats::AttachmentInput> =
-            original.attachments.iter().map(attachment_input).collect();
+        let files: Vec<chats::AttachmentInput> =
+            original.attachments.iter().map(Into::into).collect();
         let user_message =
             self.store
-                .add_message_version(conversation_id, message_id, text, &images)?;
+                .add_message_version(conversation_id, message_id, text, &files)?;
         self.answer(conversation_id, user_message, settings)
     }
 
@@ -285,15 +293,22 @@ impl Chat {
         lock(&self.active).is_some()
     }
 
-    fn check_can_start(&self, attachment_ids: &[String]) -> Result<(), Error> {
+    /// Refuses to start while an answer is being written, without a model, or with attached
+    /// files of `kinds` the model cannot take in.
+    fn check_can_start(&self, kinds: &[AttachmentKind]) -> Result<(), Error> {
         if self.is_busy() {
             return Err(Error::Busy);
         }
         match self.models.state() {
-            crate::model_setup::ModelState::Ready { vision, .. } => {
-                if !vision && !attachment_ids.is_empty() {
+            crate::model_setup::ModelState::Ready { vision, audio, .. } => {
+                if !vision && kinds.contains(&AttachmentKind::Image) {
                     return Err(Error::Invalid(
-                        "this model cannot see images; remove the attachments to send".into(),
+                        "this model cannot see images; remove the images to send".into(),
+                    ));
+                }
+                if !audio && kinds.contains(&AttachmentKind::Audio) {
+                    return Err(Error::Invalid(
+                        "this model cannot hear audio; remove the audio to send".into(),
                     ));
                 }
                 Ok(())
@@ -316,15 +331,19 @@ impl Chat {
             .system_prompt
             .as_deref()
             .unwrap_or(&settings.system_prompt);
-        let (messages, attachments) = engine_messages(&conversation, system_prompt);
-        let images = attachments
+        let media = engine_messages(&conversation, system_prompt, &mut |attachment| {
+            self.attachments.prepared_audio(attachment)
+        })?;
+        let images = media
+            .images
             .iter()
             .map(|a| self.preprocessed(a, budget))
             .collect::<Result<Vec<_>, Error>>()?;
         let request = ChatRequest {
             conversation: conversation_id.to_owned(),
-            messages,
+            messages: media.messages,
             images,
+            audio: media.audio,
             thinking: settings.thinking,
             tools: Vec::new(),
             options: settings.generate_options(),
@@ -396,17 +415,31 @@ impl Chat {
     }
 }
 
-/// The conversation as the template takes it (images before the text of their message, as
-/// Gemma was trained), and the attachments in the order their placeholders appear. Failed
-/// answers with no text and answers still streaming are left out.
+/// A conversation as the engine takes it.
+struct EngineMessages {
+    messages: Vec<template::Message>,
+    /// The image attachments, in the order of their `Part::Image` items.
+    images: Vec<Attachment>,
+    /// Every recording's clips, in the order of their `Part::Audio` items.
+    audio: Vec<Arc<AudioClip>>,
+}
+
+/// The conversation as the template takes it: in a user message its images, then its text, then
+/// each recording's clips (the reference's order; docs/AUDIO.md), every clip its own audio
+/// block. `decode` gives a recording's clips. Failed answers with no text and answers still
+/// streaming are left out.
 fn engine_messages(
     conversation: &Conversation,
     system_prompt: &str,
-) -> (Vec<template::Message>, Vec<Attachment>) {
-    let mut messages = Vec::new();
-    let mut attachments = Vec::new();
+    decode: &mut dyn FnMut(&Attachment) -> Result<Arc<PreparedAudio>, Error>,
+) -> Result<EngineMessages, Error> {
+    let mut out = EngineMessages {
+        messages: Vec::new(),
+        images: Vec::new(),
+        audio: Vec::new(),
+    };
     if !system_prompt.trim().is_empty() {
-        messages.push(template::Message::text(
+        out.messages.push(template::Message::text(
             template::Role::System,
             system_prompt.trim(),
         ));
@@ -426,24 +459,41 @@ fn engine_messages(
             continue;
         }
         let mut parts: Vec<Part> = Vec::new();
+        let mut sounds: Vec<Part> = Vec::new();
         if role == template::Role::User {
             for attachment in &message.attachments {
-                parts.push(Part::Image);
-                attachments.push(attachment.clone());
+                match attachment.kind {
+                    AttachmentKind::Image => {
+                        parts.push(Part::Image);
+                        out.images.push(attachment.clone());
+                    }
+                    AttachmentKind::Audio => {
+                        for clip in &decode(attachment)?.clips {
+                            sounds.push(Part::Audio);
+                            out.audio.push(clip.clone());
+                        }
+                    }
+                }
             }
         }
-        if !message.text.is_empty() || parts.is_empty() {
+        if !message.text.is_empty() || (parts.is_empty() && sounds.is_empty()) {
             parts.push(Part::Text {
                 text: message.text.clone(),
             });
         }
+        parts.extend(sounds);
         let mut message_for_engine = template::Message::new(role, parts);
         if let Some(ids) = &message.generated {
             message_for_engine = message_for_engine.with_generated(ids.clone());
         }
-        messages.push(message_for_engine);
+        out.messages.push(message_for_engine);
     }
-    (messages, attachments)
+    Ok(out)
+}
+
+/// What a message has attached.
+fn kinds_of(message: &Message) -> Vec<AttachmentKind> {
+    message.attachments.iter().map(|a| a.kind).collect()
 }
 
 fn last_user_message(conversation: &Conversation) -> Result<Message, Error> {
@@ -456,17 +506,9 @@ fn last_user_message(conversation: &Conversation) -> Result<Message, Error> {
         .ok_or_else(|| Error::Invalid("there is no message to answer again".into()))
 }
 
-fn attachment_input(attachment: &Attachment) -> chats::AttachmentInput {
-    chats::AttachmentInput {
-        hash: attachment.hash.clone(),
-        mime: attachment.mime.clone(),
-        width: attachment.width,
-        height: attachment.height,
-    }
-}
-
-/// A title from the first message: its first line, whitespace collapsed, cut at a word.
-fn title_from(text: &str) -> String {
+/// A title from the first message: its first line, whitespace collapsed, cut at a word; for a
+/// message of files alone, what its first file is.
+fn title_from(text: &str, first_file: Option<AttachmentKind>) -> String {
     let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let words: Vec<&str> = line.split_whitespace().collect();
     let mut title = String::new();
@@ -483,10 +525,10 @@ fn title_from(text: &str) -> String {
         }
         title.push_str(word);
     }
-    if title.is_empty() {
-        "Image".to_owned()
-    } else {
-        title
+    match (title.is_empty(), first_file) {
+        (false, _) => title,
+        (true, Some(AttachmentKind::Audio)) => "Audio".to_owned(),
+        (true, _) => "Image".to_owned(),
     }
 }
 

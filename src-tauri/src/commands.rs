@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use chats::{Conversation, ConversationSummary, SearchHit};
-use tauri::ipc::{InvokeBody, Request};
+use tauri::ipc::{InvokeBody, Request, Response};
 use tauri::{AppHandle, State};
 use tauri_plugin_dialog::DialogExt;
 use tauri_plugin_opener::OpenerExt;
@@ -207,9 +207,10 @@ pub fn save_settings(state: Shared<'_>, settings: Settings) -> Result<Settings, 
     settings.save(&state.store)
 }
 
-/// Asks for images with the OS dialog; files that are not usable are reported as a drop event.
+/// Asks for images and audio with the OS dialog; files that are not usable are reported as a
+/// drop event.
 #[tauri::command]
-pub async fn pick_images(
+pub async fn pick_files(
     app: AppHandle,
     state: Shared<'_>,
 ) -> Result<Vec<PendingAttachment>, Error> {
@@ -218,11 +219,13 @@ pub async fn pick_images(
         let picked = app
             .dialog()
             .file()
-            .set_title("Attach images")
+            .set_title("Attach images or audio")
             .add_filter(
-                "Images",
-                &["png", "jpg", "jpeg", "webp", "gif", "bmp", "tif", "tiff"],
+                "Images and audio",
+                &[IMAGE_EXTENSIONS, AUDIO_EXTENSIONS].concat(),
             )
+            .add_filter("Images", IMAGE_EXTENSIONS)
+            .add_filter("Audio", AUDIO_EXTENSIONS)
             .blocking_pick_files()
             .unwrap_or_default();
         let paths: Vec<PathBuf> = picked
@@ -247,25 +250,46 @@ pub async fn pick_images(
     .await
 }
 
-/// A pasted image: the raw bytes as the request body, its name in `x-file-name`.
+/// What the file picker offers; a file is attached by what it holds, not by its extension.
+const IMAGE_EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "webp", "gif", "bmp", "tif", "tiff"];
+const AUDIO_EXTENSIONS: &[&str] = &[
+    "wav", "wave", "mp3", "flac", "ogg", "oga", "m4a", "aac", "aif", "aiff",
+];
+
+/// A pasted image or audio file, or a recording from the microphone: the raw bytes as the
+/// request body, its name in `x-file-name`.
 #[tauri::command]
-pub async fn add_pasted_image(
+pub async fn add_pasted_file(
     state: Shared<'_>,
     request: Request<'_>,
 ) -> Result<PendingAttachment, Error> {
     let InvokeBody::Raw(bytes) = request.body() else {
         return Err(Error::Invalid(
-            "a pasted image must be sent as raw bytes".into(),
+            "a pasted file must be sent as raw bytes".into(),
         ));
     };
     let name = request
         .headers()
         .get("x-file-name")
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("pasted image")
+        .unwrap_or("pasted file")
         .to_owned();
     let (attachments, bytes) = (state.attachments.clone(), bytes.clone());
     blocking(move || attachments.add_bytes(&name, &bytes)).await
+}
+
+/// A pending recording's bytes, to play it in the composer.
+#[tauri::command]
+pub async fn pending_audio(state: Shared<'_>, id: String) -> Result<Response, Error> {
+    let attachments = state.attachments.clone();
+    blocking(move || attachments.pending_audio(&id).map(Response::new)).await
+}
+
+/// A saved message's recording, to play it.
+#[tauri::command]
+pub async fn attachment_audio(state: Shared<'_>, attachment_id: String) -> Result<Response, Error> {
+    let attachments = state.attachments.clone();
+    blocking(move || attachments.saved_audio(&attachment_id).map(Response::new)).await
 }
 
 /// The OS clipboard's image, for a paste the webview gave the page no file for (WebKitGTK);
@@ -323,13 +347,14 @@ pub fn select_version(
         .select_version(&conversation_id, &message_id, version)
 }
 
-/// The conversation shown, as Markdown (for the clipboard); images are described, not linked.
+/// The conversation shown, as Markdown (for the clipboard); images and audio are described,
+/// not linked.
 #[tauri::command]
 pub fn conversation_markdown(state: Shared<'_>, id: String) -> Result<String, Error> {
     let conversation = state.store.get_conversation(&id)?;
     Ok(chats::markdown(
         &conversation,
-        |n, image| format!("[image {n}: {}]", image.mime),
+        |n, file| format!("[{}: {}]", chats::describe(n, file), file.mime),
         transfer::readable_answer,
     ))
 }

@@ -348,11 +348,12 @@ impl LocalApi {
                 dir,
                 context_window,
                 vision,
+                audio,
                 ..
             } => Some(served_model(
                 Path::new(dir),
                 *context_window,
-                *vision,
+                (*vision, *audio),
                 &Settings::load(&self.store),
             )),
             _ => None,
@@ -457,7 +458,13 @@ fn generate_key() -> Result<String, Error> {
 
 /// The model loaded in `dir` as the API serves it: its id is the folder's name, its context
 /// window the app's setting (at most the model's), its sampling the checkpoint's defaults.
-fn served_model(dir: &Path, model_window: u32, vision: bool, settings: &Settings) -> ServedModel {
+/// `(vision, audio)`: whether it sees images and hears audio.
+fn served_model(
+    dir: &Path,
+    model_window: u32,
+    (vision, audio): (bool, bool),
+    settings: &Settings,
+) -> ServedModel {
     let folder = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -466,6 +473,7 @@ fn served_model(dir: &Path, model_window: u32, vision: bool, settings: &Settings
         id: ServedModel::id_from_folder_name(&folder),
         aliases: Vec::new(),
         vision,
+        audio,
         context_window: settings.context_length.min(model_window) as usize,
         sampler: SamplerConfig::load(dir).unwrap_or_default(),
         image_budget: settings.image_budget().unwrap_or_default(),
@@ -478,6 +486,7 @@ fn placeholder_model() -> ServedModel {
         id: String::new(),
         aliases: Vec::new(),
         vision: false,
+        audio: false,
         context_window: 0,
         sampler: SamplerConfig::default(),
         image_budget: Default::default(),

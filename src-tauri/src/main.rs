@@ -16,6 +16,7 @@ mod launch_error;
 mod links;
 mod local_api;
 mod memory;
+mod mock_microphone;
 mod model_setup;
 mod settings;
 mod state;
@@ -79,8 +80,10 @@ fn run() -> anyhow::Result<()> {
             commands::stop_generation,
             commands::get_settings,
             commands::save_settings,
-            commands::pick_images,
-            commands::add_pasted_image,
+            commands::pick_files,
+            commands::add_pasted_file,
+            commands::pending_audio,
+            commands::attachment_audio,
             commands::paste_clipboard_image,
             commands::remove_pending_attachment,
             commands::attachment_thumbnail,
@@ -205,6 +208,7 @@ fn open_main_window(app: &AppHandle, data_dir: &DataDir) -> anyhow::Result<()> {
         .on_new_window(|_, _| NewWindowResponse::Deny)
         .build()
         .context("could not open the main window")?;
+    mock_microphone::install(&window).context("could not set up the e2e microphone")?;
     let handle = app.clone();
     window.on_window_event(move |event| {
         let WindowEvent::DragDrop(drop) = event else {

@@ -40,6 +40,8 @@ pub enum ModelState {
         context_window: u32,
         /// Whether it can see images.
         vision: bool,
+        /// Whether it can hear audio (it has an audio tower).
+        audio: bool,
         /// What the checkpoint is: size on disk, quantization, parameters, towers.
         checkpoint: ModelCandidate,
         /// Another checkpoint downloading (Settings → Model) while this one keeps answering.
@@ -258,6 +260,7 @@ impl Models {
                     dir: dir.clone(),
                     context_window,
                     vision: info.vision,
+                    audio: info.audio,
                     checkpoint: candidate.clone(),
                     download: None,
                 };

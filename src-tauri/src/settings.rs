@@ -58,6 +58,9 @@ pub struct SettingsLimits {
     pub image_token_budgets: Vec<u32>,
     /// The longest system prompt (the default here, or a chat's own), in characters.
     pub system_prompt_chars: u32,
+    /// How much of a recording the model hears, in milliseconds: the rest of a longer one is
+    /// left out, and its chip says so.
+    pub audio_heard_ms: u32,
 }
 
 impl Default for SettingsLimits {
@@ -74,6 +77,7 @@ impl Default for SettingsLimits {
                 .map(|budget| budget.tokens() as u32)
                 .collect(),
             system_prompt_chars: chats::SYSTEM_PROMPT_MAX_CHARS as u32,
+            audio_heard_ms: crate::attachments::audio_heard_ms(),
         }
     }
 }

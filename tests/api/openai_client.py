@@ -4,7 +4,7 @@
 the official `openai` Node SDK (tests/api/node/client.mjs, pinned in its package.json). Each step
 checks what the client got, not only that it did not raise: the model list, a plain answer and
 its usage (and the prompt cache on a repeat), a streamed answer about an image with the usage
-chunk, tools and a tool's result, forced calls (`tool_choice` named and required, the SDK's
+chunk, one about a sound clip (`input_audio`) and a broken clip refused, tools and a tool's result, forced calls (`tool_choice` named and required, the SDK's
 `parse()` and stream helper with a pydantic tool), thinking turned on, `responses.create` and `responses.stream`
 (text, events, usage), four streams at once (each its own answer and usage), a wrong key, an
 unknown model and a prompt too long for the context;
@@ -153,6 +153,7 @@ def run(client: OpenAI, base_url: str) -> None:
 
     tools_and_thinking(client)
     responses(client)
+    audio(client)
 
     wrong = OpenAI(base_url=base_url, api_key="not-the-key-not-the-key", max_retries=0)
     try:
@@ -209,6 +210,58 @@ WEATHER = {
         },
     },
 }
+
+
+def wav(seconds: float, rate: int = 16000) -> bytes:
+    """A 16-bit mono WAV of a gliding tone, written with the standard library."""
+    import io
+    import math
+    import wave
+
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(rate)
+        frames = (int(9000 * math.sin(2 * math.pi * (200 + 40 * i / rate) * i / rate)) for i in range(int(seconds * rate)))
+        f.writeframes(b"".join(struct.pack("<h", v) for v in frames))
+    return buffer.getvalue()
+
+
+def audio(client: OpenAI) -> None:
+    """A streamed answer about a sound clip (`input_audio`, as the SDK types it), and a broken one."""
+    question = "What is said in this recording?"
+    text_only = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": question}], max_tokens=1, temperature=0
+    ).usage.prompt_tokens
+    clip = base64.b64encode(wav(2.0)).decode()
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": [
+            {"type": "text", "text": question},
+            {"type": "input_audio", "input_audio": {"data": clip, "format": "wav"}},
+        ]}],
+        max_tokens=4,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    usage = chunks[-1].usage
+    # 2 s at 25 tokens per second, between `<|audio>` and `<audio|>`.
+    check(usage.prompt_tokens == text_only + 52, f"the clip was heard ({usage.prompt_tokens} vs {text_only} prompt tokens)")
+    check(1 <= usage.completion_tokens <= 4, "an answer about the clip")
+    try:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": [
+                {"type": "input_audio", "input_audio": {"data": base64.b64encode(b"RIFF1234WAVEjunk").decode(), "format": "wav"}},
+            ]}],
+            max_tokens=2,
+        )
+        check(False, "a broken audio file is refused")
+    except openai.BadRequestError as e:
+        check("audio" in str(e), f"a broken audio file is refused in words ({e.message[:80]})")
 
 
 def at_once(client: OpenAI) -> None:

@@ -63,7 +63,8 @@ def free_port() -> int:
 def isolated_env(home: Path) -> dict[str, str]:
     """The driver's (and so the app's) environment: a throwaway home, no accessibility bus.
 
-    No Hugging Face cache is found there, so the app starts without a model. GTK writes its
+    No Hugging Face cache is found there, so the app starts without a model; the microphone is a
+    mock device that plays a tone. GTK writes its
     dialog settings to memory, not dconf, and uses its own dialogs rather than a portal.
     WEBKIT_DISABLE_DMABUF_RENDERER is deliberately not set here: with WebKitGTK 2.50 under Xvfb
     it makes every WebDriver screenshot hang. Export it before running if a machine renders blank.
@@ -80,6 +81,8 @@ def isolated_env(home: Path) -> dict[str, str]:
         NO_AT_BRIDGE="1",
         GSETTINGS_BACKEND="memory",
         GTK_USE_PORTAL="0",
+        # The app's microphone is WebKitGTK's mock capture device (src-tauri/src/mock_microphone.rs).
+        GEMMA_DESK_E2E_MOCK_MICROPHONE="1",
     )
     return env
 

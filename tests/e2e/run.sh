@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end tests against the real app window: tauri-driver + WebKitWebDriver, under Xvfb,
-# with the native folder dialog, a file drop and a clipboard paste driven through xdotool and
-# xclip, offline (a network namespace with only loopback).
+# with the native folder dialog, file drops (an image, a WAV spoken by espeak-ng) and a clipboard
+# paste driven through xdotool and xclip, the microphone as WebKitGTK's mock device, offline (a
+# network namespace with only loopback).
 # Usage: tests/e2e/run.sh path/to/gemma-desk     (installs nothing; checks what it needs)
 # The tiny fixture model comes from $GEMMA_FIXTURES/tiny (default tests/out/fixtures/tiny,
 # written by `make fixtures`).
@@ -40,6 +41,7 @@ missing=()
 [ -n "$gtk_python" ] || missing+=("python3 with GTK 3 bindings: apt-get install python3-gi gir1.2-gtk-3.0")
 command -v xdotool >/dev/null || missing+=("xdotool: apt-get install xdotool")
 command -v xclip >/dev/null || missing+=("xclip (puts an image on the clipboard to paste): apt-get install xclip")
+command -v espeak-ng >/dev/null || missing+=("espeak-ng (speaks the WAV dropped on the window): apt-get install espeak-ng")
 [ -n "$tauri_driver" ] ||
   missing+=("tauri-driver: cargo install tauri-driver --version 2.1.0 --locked --root .deps/cargo")
 command -v WebKitWebDriver >/dev/null || missing+=("WebKitWebDriver: apt-get install webkit2gtk-driver")

@@ -32,6 +32,12 @@
     switches to another checkpoint, which answers; Forget goes back to the model picker, where a
     snapshot in a Hugging Face cache loads under its repository's name; deleted while the app is
     closed, that model is named at the next start ("… is gone: choose another").
+    A spoken WAV (espeak-ng) dropped on the window shows as a chip with its name and length;
+    asked about, the answer streams; after a restart the recording is in the history and its
+    Play button loads the file.
+    The microphone button records from WebKitGTK's mock capture device (turned on for the e2e
+    run only: GEMMA_DESK_E2E_MOCK_MICROPHONE): the recording bar counts the seconds and shows a
+    level; Esc stops it, the recording is a WAV chip, and sent, it is answered.
  10. A conversation of hostile markdown (written into the chats database while the app is closed,
     so it reaches the page like any stored answer) renders inert: nothing runs, loads or navigates,
     and a link in it only asks before opening in the browser.
@@ -53,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -61,6 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import wave
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +91,10 @@ IMPORT_DIALOG = "Import chats"
 FIRST_MESSAGE = "Hello Gemma, tell me about lighthouses."
 SECOND_MESSAGE = "Now write a very long story about the sea."
 IMAGE_MESSAGE = "What is in this picture?"
+SPOKEN_TEXT = "The meeting moves to Thursday at ten in the small room."
+AUDIO_MESSAGE = "What does the speaker say?"
+MIC_MESSAGE = "What did I just say?"
+RECORDING_NAME = re.compile(r"Recording \d\d\.\d\d\.wav")
 SEARCH_WORD = "lighthouses"
 # Pasted: about 1,200 tokens (3 a repeat), more than the smallest context length (512) on its own.
 LONG_PASTE = " ".join(["many words"] * 400)
@@ -408,6 +420,33 @@ def write_png(path: Path, width: int = 96, height: int = 64) -> None:
     path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
 
 
+def write_speech(path: Path, text: str) -> str:
+    """Speaks `text` into a WAV file with espeak-ng; returns its length as the app shows it."""
+    subprocess.run(["espeak-ng", "-v", "en", "-s", "150", "-w", str(path), text], check=True, capture_output=True, timeout=60)
+    with wave.open(str(path)) as sound:
+        seconds = math.ceil(sound.getnframes() / sound.getframerate())
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def drop(scenario: "Scenario", win: Window, files: list[Path]) -> None:
+    """Drags `files` from another window onto the app (a real XDND drop), overlay and all."""
+    assert scenario.run is not None
+    s = win.s
+    app_rect = scenario.desktop.geometry(scenario.run.window)
+    source, target = drag_positions(app_rect, scenario.desktop.screen_size())
+    overlay = s.find(testid("drop-overlay"))
+    nudges = iter(range(10**6))
+
+    def while_over() -> None:
+        def shown() -> bool:
+            scenario.desktop.nudge(target, next(nudges) % 3)
+            return s.css(overlay, "display") != "none"
+
+        wait_for("the drop overlay while dragging over the window", shown, 20, interval=0.1)
+
+    scenario.desktop.drag_files(files, source, target, while_over)
+
+
 def drag_positions(app: Rect, screen: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
     """Where the 80×80 drag source goes (beside the app, not over it) and where to drop."""
     width, height = screen
@@ -427,6 +466,9 @@ class Scenario:
         self.image = temp / "pictures" / "sunset.png"
         self.image.parent.mkdir()
         write_png(self.image)
+        self.speech = temp / "recordings" / "meeting note.wav"
+        self.speech.parent.mkdir()
+        self.speech_length = write_speech(self.speech, SPOKEN_TEXT)
         self.env = isolated_env(self.home)
         self.desktop = Desktop(args.gtk_python, self.env)
         self.steps = Steps(args.out, self.desktop)
@@ -882,6 +924,99 @@ class Scenario:
             check(len(s.find_all(testid("pending-attachment"))) == 1, "the empty paste changed the attachments")
             steps.shot("nothing-to-paste")
             win.click(f'{testid("pending-attachment")} button', "the pasted image's Remove button")
+
+        with steps.step("a spoken WAV dropped on the window is a chip with its length, is asked about, and is kept after a restart"):
+            win.dismiss_toasts()
+            # The search of step 9 is still shown: Esc there brings back the list of chats.
+            s.send_keys(win.need(testid("search"), "the search field"), KEY_ESCAPE)
+            wait_for("the list of chats instead of search hits", lambda: not s.find_all(testid("search-hit")), 15)
+            win.click(testid("new-chat"), "the New Chat button")
+            drop(self, win, [self.speech])
+            chip = win.need(testid("pending-audio"), "the dropped recording's chip", timeout=60)
+            name = s.text(s.find(".audio-name", root=chip)).strip()
+            check(name == self.speech.name, f"the recording's chip is named {name!r}")
+            shown_length = s.text(win.need(testid("pending-audio-duration"), "the recording's length")).strip()
+            check(shown_length == self.speech_length, f"the chip says {shown_length!r} long, the file is {self.speech_length}")
+            check(s.find(f'{testid("pending-attachment")} img') is None, "the recording shows as an image")
+            steps.shot("pending-audio")
+
+            win.send(AUDIO_MESSAGE)
+            sent_audio = f'{testid("message")}[data-role="user"] {testid("message-audio")}'
+            win.need(sent_audio, "the sent recording in the message", timeout=60)
+            check(not s.find_all(testid("pending-attachment")), "the recording stayed in the composer after sending")
+            wait_streaming(win, set(), distinct=1, timeout=ANSWER_TIMEOUT)
+            win.click(testid("stop"), "the Stop button")
+            answer, _ = watch_answer(win, set(), timeout=30)
+            check(answer.status == "stopped", f"after Stop the answer is {answer.status!r}")
+            steps.shot("audio-sent")
+            audio_conversation = win.active_conversation()
+            audio_history = win.messages()
+
+            win = self.restart()
+            s = win.s
+            win.model_ready(model.name, START_TIMEOUT + MODEL_TIMEOUT)
+            win.open_conversation(audio_conversation)
+            wait_same("the recording's conversation after the restart", win.messages, audio_history, 15)
+            chip = win.need(sent_audio, "the recording in history after the restart", timeout=30)
+            text = s.text(chip)
+            check(self.speech.name in text and self.speech_length in text, f"the recording in history reads {text!r}")
+            win.click(f"{sent_audio} {testid('message-audio-play')}", "the recording's Play button")
+
+            def loaded() -> str | bool:
+                player = s.find(f"{sent_audio} audio")
+                return player is not None and (s.attribute(player, "src") or "").startswith("blob:")
+
+            wait_for("the recording's file to load for playing", loaded, 30)
+            steps.shot("audio-after-restart")
+
+        with steps.step("the microphone records (mock device): time and level while recording, Esc stops, the recording is sent and answered"):
+            win.set_settings({"maxTokens": str(SHORT_ANSWER)})
+            win.click(testid("new-chat"), "the New Chat button")
+            win.click(testid("record"), "the microphone button")
+            bar = win.need(testid("recording"), "the recording bar", timeout=30)
+            record = s.find(testid("record"))
+            check(s.attribute(record, "aria-pressed") == "true", "the microphone button is not shown pressed while recording")
+            levels: list[float] = []
+
+            def two_seconds() -> bool:
+                levels.append(float(s.attribute(bar, "data-level") or 0))
+                return s.text(s.find(testid("recording-time"), root=bar)).strip() in ("0:02", "0:03")
+
+            wait_for("two seconds counted by the recording bar", two_seconds, 20, interval=0.1)
+            steps.shot("recording")
+            s.send_keys(win.need(testid("composer"), "the message field"), KEY_ESCAPE)
+            chip = win.need(testid("pending-audio"), "the recording's chip", timeout=30)
+            name = s.text(s.find(".audio-name", root=chip)).strip()
+            check(RECORDING_NAME.fullmatch(name) is not None, f"the recording's chip is named {name!r}")
+            shown_length = s.text(win.need(testid("pending-audio-duration"), "the recording's length")).strip()
+            check(shown_length in ("0:02", "0:03", "0:04"), f"the recording is {shown_length!r} long")
+            check(win.shown(testid("recording")) is None, "the recording bar stayed up after Esc")
+            steps.shot("recorded")
+            # What was recorded, as the chip's Play button fetches it.
+            recorded = s.attribute(s.find(f'{testid("pending-attachment")}.audio'), "data-attachment-id")
+            peak = s.execute_async(
+                """const [id, done] = arguments;
+                window.__TAURI_INTERNALS__.invoke("pending_audio", { id }).then((bytes) => {
+                  const samples = new Int16Array(bytes.slice(44));
+                  let peak = 0;
+                  for (const sample of samples) peak = Math.max(peak, Math.abs(sample));
+                  done([peak, samples.length, new DataView(bytes).getUint32(24, true)]);
+                }, (error) => done(String(error)));""",
+                recorded,
+            )
+            check(isinstance(peak, list), f"the recording could not be read back: {peak!r}")
+            loudest, samples, rate = peak
+            print(f"e2e:   the recording: {samples} samples at {rate} Hz, peak {loudest}, meter up to {max(levels):.2f}")
+            check(loudest > 1000, f"the recording is silent (peak {loudest} of 32767): the mock device's tone is missing")
+            check(2 <= samples / rate <= 4.5, f"the recording holds {samples / rate:.2f} s, the bar counted two")
+            check(max(levels) > 0, f"the level meter never moved while recording (levels {sorted(set(levels))})")
+
+            win.send(MIC_MESSAGE)
+            win.need(f'{testid("message")}[data-role="user"] {testid("message-audio")}', "the sent recording", timeout=60)
+            answer, _ = watch_answer(win, set(), timeout=ANSWER_TIMEOUT)
+            check(answer.status == "complete", f"the answer about the recording ended {answer.status!r}: {answer.text[:80]!r}")
+            check(answer.text, "the answer about the recording is empty")
+            steps.shot("recording-answered")
 
         with steps.step("Settings → Local API: on; four streams of the Node SDK with the panel's key and the window's chat are written at once; all complete"):
             win.set_settings({"maxTokens": str(SHORT_ANSWER)})

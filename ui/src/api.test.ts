@@ -3,7 +3,7 @@ import { clearMocks, mockIPC } from "@tauri-apps/api/mocks";
 import { afterEach, describe, expect, it, vi } from "vitest";
 
 import {
-  addPastedImage,
+  addPastedFile,
   ApiError,
   appStatus,
   chooseModelFolder,
@@ -57,7 +57,7 @@ describe("commands", () => {
     ]);
   });
 
-  it("sends pasted images as a raw body with an ASCII file-name header", async () => {
+  it("sends pasted files as a raw body with an ASCII file-name header", async () => {
     let body: unknown;
     mockIPC((_command, payload) => {
       body = payload;
@@ -68,7 +68,7 @@ describe("commands", () => {
       .__TAURI_INTERNALS__;
     const spy = vi.spyOn(internals, "invoke");
 
-    await addPastedImage(new Uint8Array([1, 2, 3]), "Bildschirmfoto 2025–06–01.png");
+    await addPastedFile(new Uint8Array([1, 2, 3]), "Bildschirmfoto 2025–06–01.png");
 
     expect(body).toEqual(new Uint8Array([1, 2, 3]));
     const options = spy.mock.calls[0]?.[2];

@@ -9,6 +9,7 @@ import type { ApiActivity } from "./bindings/ApiActivity";
 import type { ApiLogEntry } from "./bindings/ApiLogEntry";
 import type { AppStatus } from "./bindings/AppStatus";
 import type { Attachment } from "./bindings/Attachment";
+import type { AttachmentKind } from "./bindings/AttachmentKind";
 import type { CommandError } from "./bindings/CommandError";
 import type { ContextNeed } from "./bindings/ContextNeed";
 import type { Conversation } from "./bindings/Conversation";
@@ -47,6 +48,7 @@ export type {
   FasterAnswers,
   AppStatus,
   Attachment,
+  AttachmentKind,
   ContextNeed,
   Conversation,
   ConversationSummary,
@@ -248,14 +250,30 @@ export function saveSettings(settings: Settings): Promise<Settings> {
 
 // Attachments
 
-/** Opens the native image picker; resolves with the images added (none when cancelled). */
-export function pickImages(): Promise<PendingAttachment[]> {
-  return call("pick_images");
+/**
+ * Opens the native file picker for images and audio; resolves with the files added (none when
+ * cancelled). Files that cannot be used arrive as a drop event's errors.
+ */
+export function pickFiles(): Promise<PendingAttachment[]> {
+  return call("pick_files");
 }
 
-/** Hands pasted image bytes to the backend, which checks and keeps them until sent. */
-export function addPastedImage(bytes: Uint8Array, fileName: string): Promise<PendingAttachment> {
-  return call("add_pasted_image", bytes, { headers: { "x-file-name": headerSafe(fileName) } });
+/**
+ * Hands pasted image or audio bytes (or a recording) to the backend, which checks and keeps
+ * them until sent.
+ */
+export function addPastedFile(bytes: Uint8Array, fileName: string): Promise<PendingAttachment> {
+  return call("add_pasted_file", bytes, { headers: { "x-file-name": headerSafe(fileName) } });
+}
+
+/** The bytes of a pending audio file, to play it. */
+export async function pendingAudio(id: string): Promise<Blob> {
+  return new Blob([await call<ArrayBuffer>("pending_audio", { id })]);
+}
+
+/** The bytes of a saved message's audio attachment, to play it. */
+export async function attachmentAudio(attachmentId: string): Promise<Blob> {
+  return new Blob([await call<ArrayBuffer>("attachment_audio", { attachmentId })]);
 }
 
 /**
@@ -376,5 +394,5 @@ function isCommandError(value: unknown): value is CommandError {
 /** HTTP header values must be ASCII; anything else in a pasted file's name becomes "_". */
 function headerSafe(name: string): string {
   const ascii = name.replace(/[^\x20-\x7e]/g, "_").trim();
-  return ascii || "pasted-image.png";
+  return ascii || "pasted file";
 }

@@ -18,6 +18,7 @@ import type {
   UnlistenFn,
 } from "./api";
 import { ApiError, errorMessage } from "./api";
+import { startRecording } from "./audio/recorder";
 import { copyText } from "./clipboard";
 import { el } from "./dom";
 import { thisMachine } from "./format";
@@ -41,13 +42,15 @@ import { StatusBar } from "./views/status-bar";
 import { Toasts } from "./views/toasts";
 
 const MEMORY_POLL_MS = 3000;
+/** Audio files kept in memory after being played. */
+const AUDIO_FILES_KEPT = 8;
 const PENDING_PREFIX = "pending:";
 /** How many finished answers are remembered for command replies that come after the end event. */
 const FINISHED_ANSWERS_KEPT = 20;
 
 /** How a finished answer ended, kept for answers whose command reply comes after the end event. */
 type FinishedAnswer = Pick<Message, "text" | "status" | "usage" | "error">;
-/** A message being written and not sent: its text and attached images. */
+/** A message being written and not sent: its text and attached files. */
 type Draft = { text: string; pending: PendingAttachment[] };
 
 export class App {
@@ -55,6 +58,8 @@ export class App {
   private readonly generations = new Generations();
   private readonly finished = new Map<string, FinishedAnswer>();
   private readonly thumbnails = new Map<string, Promise<string>>();
+  /** Audio files of messages, fetched when first played. */
+  private readonly audioFiles = new Map<string, Promise<Blob>>();
   /** The context notice on screen, so an unchanged one is not announced again. */
   private shownNotice: ContextFull | null = null;
   /** What was being written in each chat left for another ("" is the new chat), kept until it is opened again. */
@@ -79,7 +84,7 @@ export class App {
   private readonly dropOverlay = el(
     "div",
     { class: "drop-overlay", "data-testid": "drop-overlay", hidden: true, "aria-hidden": "true" },
-    el("div", { class: "drop-target" }, el("p", {}, "Drop images to attach them")),
+    el("div", { class: "drop-target" }, el("p", {}, "Drop images or audio to attach them")),
   );
   private readonly emptyTitle = el("h2", { class: "empty-title" }, "How can I help?");
   private readonly emptyNote = el("p", { class: "empty-note" });
@@ -100,11 +105,15 @@ export class App {
     this.composer = new Composer({
       send: (text) => void this.send(text),
       stop: () => void this.stop(),
-      attach: () => void this.pickImages(),
-      pasteImages: (files) => void this.pasteImages(files),
+      attach: () => void this.pickFiles(),
+      pasteFiles: (files) => void this.pasteFiles(files),
       pasteFromClipboard: () => void this.pasteFromClipboard(),
       removeAttachment: (attachment) => this.removeAttachment(attachment),
       countTokens: (text) => api.countTokens(text),
+      audioFile: (attachment) => api.pendingAudio(attachment.id),
+      record: () => startRecording(),
+      recorded: (wav) => void this.attachRecording(wav),
+      recordingFailed: (message) => this.toasts.show(message),
     });
     this.chat = new ChatView(
       this.composer.element,
@@ -114,6 +123,7 @@ export class App {
         stop: () => void this.stop(),
         selectVersion: (message, version) => void this.selectVersion(message, version),
         thumbnail: (attachment) => this.thumbnail(attachment),
+        audioFile: (attachment) => this.audioFile(attachment),
         view: (attachment) => void this.viewImage(attachment),
       },
       el(
@@ -318,6 +328,7 @@ export class App {
       idle,
       noticeShown: full !== null && full.conversationId === open.id,
       contextWindow: this.contextWindow(),
+      audioHeardMs: this.state.settingsLimits.get()?.audioHeardMs ?? null,
       progress,
       loading: open.loading,
     });
@@ -344,6 +355,7 @@ export class App {
       generating: this.openGeneration() !== undefined,
       blockedReason: this.blockedReason(),
       vision: model.state === "ready" ? model.vision : true,
+      audio: model.state === "ready" ? model.audio : true,
       room: this.contextRoom(),
     });
   }
@@ -620,15 +632,18 @@ export class App {
       createdAt: Date.now(),
       attachments: attachments.map((attachment) => {
         const id = `${PENDING_PREFIX}${attachment.id}`;
-        this.thumbnails.set(id, Promise.resolve(attachment.thumbnail));
+        if (attachment.thumbnail !== null) this.thumbnails.set(id, Promise.resolve(attachment.thumbnail));
         return {
           id,
           hash: "",
+          kind: attachment.kind,
           mime: attachment.mime,
           width: attachment.width,
           height: attachment.height,
+          durationMs: attachment.durationMs,
           byteSize: attachment.byteSize,
           fileName: attachment.name,
+          name: attachment.name,
         };
       }),
     };
@@ -901,22 +916,35 @@ export class App {
 
   // Attachments
 
-  private async pickImages(): Promise<void> {
+  private async pickFiles(): Promise<void> {
     try {
-      this.addAttachments(await api.pickImages());
+      this.addAttachments(await api.pickFiles());
     } catch (error) {
-      this.toasts.show(`Could not attach the images: ${errorMessage(error)}`);
+      this.toasts.show(`Could not attach the files: ${errorMessage(error)}`);
     }
   }
 
-  private async pasteImages(files: File[]): Promise<void> {
+  private async pasteFiles(files: File[]): Promise<void> {
     for (const file of files) {
+      const audio = file.type.startsWith("audio/");
       try {
         const bytes = new Uint8Array(await file.arrayBuffer());
-        this.addAttachments([await api.addPastedImage(bytes, file.name || "pasted-image.png")]);
+        const name = file.name || (audio ? "pasted audio" : "pasted-image.png");
+        this.addAttachments([await api.addPastedFile(bytes, name)]);
       } catch (error) {
-        this.toasts.show(`Could not paste the image: ${errorMessage(error)}`);
+        this.toasts.show(`Could not paste the ${audio ? "audio" : "image"}: ${errorMessage(error)}`);
       }
+    }
+  }
+
+  /** A recording from the microphone, attached like a dropped WAV file. */
+  private async attachRecording(wav: Uint8Array): Promise<void> {
+    const now = new Date();
+    const time = `${String(now.getHours()).padStart(2, "0")}.${String(now.getMinutes()).padStart(2, "0")}`;
+    try {
+      this.addAttachments([await api.addPastedFile(wav, `Recording ${time}.wav`)]);
+    } catch (error) {
+      this.toasts.show(`Could not attach the recording: ${errorMessage(error)}`);
     }
   }
 
@@ -935,8 +963,11 @@ export class App {
     if (attachments.length === 0) return;
     this.state.pending.update((pending) => [...pending, ...attachments]);
     const model = this.state.model.get();
-    if (model.state === "ready" && !model.vision)
-      this.toasts.show("This model does not read images; they will be ignored.");
+    if (model.state !== "ready") return;
+    if (!model.vision && attachments.some((a) => a.kind === "image"))
+      this.toasts.show("This model does not read images; remove them to send.");
+    if (!model.audio && attachments.some((a) => a.kind === "audio"))
+      this.toasts.show("This model does not hear audio; remove it to send.");
   }
 
   private removeAttachment(attachment: PendingAttachment): void {
@@ -952,6 +983,22 @@ export class App {
       url.catch(() => this.thumbnails.delete(attachment.id));
     }
     return url;
+  }
+
+  private audioFile(attachment: Attachment): Promise<Blob> {
+    let file = this.audioFiles.get(attachment.id);
+    if (!file) {
+      // Each is a whole file in memory: keep the few played last.
+      const oldest = this.audioFiles.keys().next();
+      if (this.audioFiles.size >= AUDIO_FILES_KEPT && !oldest.done) this.audioFiles.delete(oldest.value);
+      // A message still being sent plays its file from the composer's.
+      file = attachment.id.startsWith(PENDING_PREFIX)
+        ? api.pendingAudio(attachment.id.slice(PENDING_PREFIX.length))
+        : api.attachmentAudio(attachment.id);
+      this.audioFiles.set(attachment.id, file);
+      file.catch(() => this.audioFiles.delete(attachment.id));
+    }
+    return file;
   }
 
   private onDrop(event: api.DropEvent): void {

@@ -1,8 +1,17 @@
 import { describe, expect, it } from "vitest";
 
-import { dateGroup, formatBytes, formatEta, formatMilliseconds, formatRate } from "./format";
+import { dateGroup, formatBytes, formatDuration, formatEta, formatMilliseconds, formatRate } from "./format";
 
 describe("format", () => {
+  it("writes a recording's length as a clock does, seconds rounded up", () => {
+    expect(formatDuration(0)).toBe("0:00");
+    expect(formatDuration(4_200)).toBe("0:05");
+    expect(formatDuration(65_000)).toBe("1:05");
+    expect(formatDuration(3_725_000)).toBe("1:02:05");
+    expect(formatDuration(-1)).toBe("—");
+    expect(formatDuration(NaN)).toBe("—");
+  });
+
   it("writes sizes the way Finder does", () => {
     expect(formatBytes(512)).toBe("512 bytes");
     expect(formatBytes(1_500)).toBe("1.5 KB");

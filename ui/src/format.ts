@@ -74,3 +74,13 @@ export function thisMachine(platform: string | undefined): string {
 export function shortcut(key: string, platform: string | undefined): string {
   return platform === "macos" ? `⌘${key}` : `Ctrl+${key}`;
 }
+
+/** A recording's length as a clock reads it: 4_200 → "0:05", 3_725_000 → "1:02:05" (seconds rounded up). */
+export function formatDuration(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) return "—";
+  const total = Math.ceil(ms / 1000);
+  const hours = Math.floor(total / 3600);
+  const minutes = Math.floor((total % 3600) / 60);
+  const seconds = String(total % 60).padStart(2, "0");
+  return hours > 0 ? `${hours}:${String(minutes).padStart(2, "0")}:${seconds}` : `${minutes}:${seconds}`;
+}

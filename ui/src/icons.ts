@@ -24,6 +24,10 @@ const PATHS = {
   chevronDown: ["m6 9 6 6 6-6"],
   image: ["M3 5h18v14H3z", "m3 16 5-5 4 4 3-3 6 6", "M15.5 9.5h.01"],
   warning: ["M12 3 2 20h20Z", "M12 10v4", "M12 17h.01"],
+  microphone: ["M12 3a3 3 0 0 0-3 3v6a3 3 0 0 0 6 0V6a3 3 0 0 0-3-3Z", "M19 11a7 7 0 0 1-14 0", "M12 18v3"],
+  play: ["M7 4v16l13-8Z"],
+  pause: ["M7 5h3v14H7z", "M14 5h3v14h-3z"],
+  audio: ["M9 18V5l11-2v13", "M6 21a3 3 0 1 0 0-6 3 3 0 0 0 0 6Z", "M17 19a3 3 0 1 0 0-6 3 3 0 0 0 0 6Z"],
 } as const;
 
 export type IconName = keyof typeof PATHS;

@@ -43,6 +43,6 @@ contextLength: number | null,
  */
 vision: boolean, 
 /**
- * The checkpoint has an audio tower (Gemma Desk does not use it).
+ * The checkpoint has an audio tower (the model can hear audio clips).
  */
 audio: boolean, };

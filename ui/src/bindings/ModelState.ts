@@ -16,6 +16,10 @@ contextWindow: number,
  */
 vision: boolean, 
 /**
+ * Whether it can hear audio (it has an audio tower).
+ */
+audio: boolean, 
+/**
  * What the checkpoint is: size on disk, quantization, parameters, towers.
  */
 checkpoint: ModelCandidate, 

@@ -20,4 +20,9 @@ imageTokenBudgets: Array<number>,
 /**
  * The longest system prompt (the default here, or a chat's own), in characters.
  */
-systemPromptChars: number, };
+systemPromptChars: number, 
+/**
+ * How much of a recording the model hears, in milliseconds: the rest of a longer one is
+ * left out, and its chip says so.
+ */
+audioHeardMs: number, };

@@ -12,6 +12,7 @@ import type {
   LocalApiStatus,
   Message,
   ModelState,
+  PendingAttachment,
   SearchHit,
   SendRequest,
   Sent,
@@ -27,6 +28,7 @@ export const READY: ModelState = {
   dir: "/models/gemma-4-e4b",
   contextWindow: 8192,
   vision: true,
+  audio: true,
   checkpoint: {
     dir: "/models/gemma-4-e4b",
     name: "Gemma 4 E4B",
@@ -60,6 +62,7 @@ export const LIMITS: SettingsLimits = {
   contextLength: { min: 512, max: 131_072 },
   imageTokenBudgets: [70, 140, 280, 560, 1120],
   systemPromptChars: 8000,
+  audioHeardMs: 600_000,
 };
 
 export const SETTINGS: Settings = {
@@ -155,6 +158,10 @@ export class FakeBackend {
   importReport: ImportReport | null = null;
   /** Every `send_message` request, oldest first. */
   readonly requests: SendRequest[] = [];
+  /** Files attached and not sent, by id: `send_message` saves each as what it is. */
+  readonly pendingFiles = new Map<string, PendingAttachment>();
+  /** What `pick_files` hands out next. */
+  picked: PendingAttachment[] = [];
   /** What `count_tokens` answers: by default a token per word; a test may hold replies back. */
   countTokens: (text: string) => number | Promise<number> = (text) => text.split(/\s+/).filter(Boolean).length;
 
@@ -216,7 +223,12 @@ export class FakeBackend {
     handle("attachment_view", ({ attachmentId }) => `data:image/png;base64,full-${String(attachmentId)}`);
     handle("remove_pending_attachment", () => undefined);
     handle("open_link", () => undefined);
-    handle("pick_images", () => []);
+    handle("pick_files", () => this.attach(this.picked));
+    handle("pending_audio", ({ id }) => new TextEncoder().encode(`RIFF audio ${String(id)}`).buffer);
+    handle(
+      "attachment_audio",
+      ({ attachmentId }) => new TextEncoder().encode(`RIFF audio ${String(attachmentId)}`).buffer,
+    );
     handle("select_version", ({ conversationId, messageId, version }) =>
       this.selectVersion(conversationId as string, messageId as string, version as number),
     );
@@ -368,6 +380,12 @@ export class FakeBackend {
     return this.list().find((c) => c.id === conversation.id) as ConversationSummary;
   }
 
+  /** Keeps `files` as attached (as a drop, a paste or the picker does) and returns them. */
+  attach(files: PendingAttachment[]): PendingAttachment[] {
+    for (const file of files) this.pendingFiles.set(file.id, file);
+    return files;
+  }
+
   private send(request: SendRequest): Sent {
     const conversation = request.conversationId
       ? this.conversations.get(request.conversationId)
@@ -380,15 +398,35 @@ export class FakeBackend {
       position: conversation.messages.length,
       role: "user",
       text: request.text,
-      attachments: request.attachmentIds.map((id) => ({
-        id: `a-${id}`,
-        hash: "h",
-        mime: "image/png",
-        width: 64,
-        height: 48,
-        byteSize: 100,
-        fileName: "x.png",
-      })),
+      attachments: request.attachmentIds.map((id) => {
+        const file = this.pendingFiles.get(id);
+        this.pendingFiles.delete(id);
+        return file?.kind === "audio"
+          ? {
+              id: `a-${id}`,
+              hash: "h",
+              kind: "audio" as const,
+              mime: file.mime,
+              width: null,
+              height: null,
+              durationMs: file.durationMs,
+              byteSize: file.byteSize,
+              fileName: "hh/h.wav",
+              name: file.name,
+            }
+          : {
+              id: `a-${id}`,
+              hash: "h",
+              kind: "image" as const,
+              mime: "image/png",
+              width: 64,
+              height: 48,
+              durationMs: null,
+              byteSize: 100,
+              fileName: "x.png",
+              name: file?.name ?? null,
+            };
+      }),
     });
     conversation.messages.push(user);
     return this.answer(conversation, user);

@@ -13,6 +13,8 @@ export interface ChatContext {
   /** No answer is being generated anywhere. */
   idle: boolean;
   contextWindow: number | null;
+  /** How much of a recording the model hears, in ms (null: not known yet). */
+  audioHeardMs: number | null;
   /** The context notice is shown for this conversation (it says why the last answer failed). */
   noticeShown: boolean;
   /** Where each streaming answer stands, by message id. */
@@ -136,6 +138,7 @@ export class ChatView {
         lastAnswer: message === lastAnswer && message === visible[visible.length - 1],
         errorInNotice: context.noticeShown && message === visible[visible.length - 1],
         contextWindow: context.contextWindow,
+        audioHeardMs: context.audioHeardMs,
         progress: context.progress.get(message.id) ?? NO_PROGRESS,
       };
       let view = this.views.get(message.id);

@@ -1,22 +1,35 @@
-/** Where the user writes: text, image attachments, Send / Stop. */
+/** Where the user writes: text, image and audio attachments, the microphone, Send / Stop. */
 import type { PendingAttachment } from "../api";
+import { MAX_RECORDING_SECONDS, type Recording } from "../audio/recorder";
 import { el, iconButton } from "../dom";
-import { formatBytes, formatInteger } from "../format";
+import { formatBytes, formatDuration, formatInteger } from "../format";
 import { icon } from "../icons";
+import { audioChip } from "./audio-chip";
 
 /** Typing pauses this long before the draft's tokens are counted again. */
 export const COUNT_DELAY_MS = 150;
+/** How often the recording's time and level meter are redrawn. */
+export const RECORDING_TICK_MS = 100;
 
 export interface ComposerHandlers {
   send(text: string): void;
   stop(): void;
   attach(): void;
-  pasteImages(files: File[]): void;
+  /** Image or audio files pasted into the text field. */
+  pasteFiles(files: File[]): void;
   /** A paste that brought neither text nor a file: the backend reads the OS clipboard. */
   pasteFromClipboard(): void;
   removeAttachment(attachment: PendingAttachment): void;
   /** The draft's tokens by the loaded model's tokenizer. */
   countTokens(text: string): Promise<number>;
+  /** A pending audio file's bytes, to play it. */
+  audioFile(attachment: PendingAttachment): Promise<Blob>;
+  /** Opens the microphone and starts recording; rejects with a message in words. */
+  record(): Promise<Recording>;
+  /** A finished recording, as a WAV file, to attach. */
+  recorded(wav: Uint8Array): void;
+  /** The microphone could not be used; `message` says why. */
+  recordingFailed(message: string): void;
 }
 
 export interface ComposerState {
@@ -26,6 +39,8 @@ export interface ComposerState {
   blockedReason: string | null;
   /** The model reads images. */
   vision: boolean;
+  /** The model hears audio. */
+  audio: boolean;
   /**
    * Tokens the conversation can still take (the context window less what it already holds);
    * null hides the draft's count (no model loaded).
@@ -39,7 +54,22 @@ export class Composer {
   private readonly sendButton: HTMLButtonElement;
   private readonly stopButton: HTMLButtonElement;
   private readonly attachButton: HTMLButtonElement;
-  private readonly tray = el("ul", { class: "pending-attachments", "aria-label": "Attached images" });
+  private readonly recordButton: HTMLButtonElement;
+  private readonly tray = el("ul", { class: "pending-attachments", "aria-label": "Attachments" });
+  private readonly recordingTime = el("span", { class: "recording-time", "data-testid": "recording-time" }, "0:00");
+  private readonly recordingLevel = el("span", { class: "recording-level-fill" });
+  private readonly recordingBar = el(
+    "div",
+    { class: "recording", "data-testid": "recording", role: "status", hidden: true },
+    el("span", { class: "recording-dot", "aria-hidden": "true" }),
+    el("span", { class: "recording-label" }, "Recording"),
+    this.recordingTime,
+    el(
+      "span",
+      { class: "recording-level", "data-testid": "recording-level", "aria-hidden": "true" },
+      this.recordingLevel,
+    ),
+  );
   private readonly hint = el("p", { class: "composer-hint", id: "composer-hint" });
   private readonly count = el("p", {
     class: "composer-count",
@@ -48,7 +78,16 @@ export class Composer {
     hidden: true,
   });
   private attachments: PendingAttachment[] = [];
-  private state: ComposerState = { generating: false, blockedReason: null, vision: true, room: null };
+  private state: ComposerState = { generating: false, blockedReason: null, vision: true, audio: true, room: null };
+  /** The recording in progress; "starting" while the microphone is being opened. */
+  private recording: Recording | "starting" | null = null;
+  private recordingTimer: ReturnType<typeof setInterval> | undefined;
+  private readonly onRecordingKey = (event: KeyboardEvent) => {
+    if (event.key !== "Escape" || !this.recording) return;
+    event.preventDefault();
+    event.stopPropagation();
+    void this.stopRecording();
+  };
   /** The draft's token count last received; null when there is none to show. */
   private draftTokens: number | null = null;
   private countTimer: ReturnType<typeof setTimeout> | undefined;
@@ -71,7 +110,12 @@ export class Composer {
       "data-testid": "stop",
       hidden: true,
     });
-    this.attachButton = iconButton("Attach images", icon("paperclip"), { "data-testid": "attach" });
+    this.attachButton = iconButton("Attach images or audio", icon("paperclip"), { "data-testid": "attach" });
+    this.recordButton = iconButton("Record audio", icon("microphone"), {
+      class: "icon-button record",
+      "data-testid": "record",
+      "aria-pressed": "false",
+    });
 
     this.textarea.addEventListener("keydown", (event) => this.onKeyDown(event));
     this.textarea.addEventListener("input", () => {
@@ -83,12 +127,25 @@ export class Composer {
     this.sendButton.addEventListener("click", () => this.submit());
     this.stopButton.addEventListener("click", () => handlers.stop());
     this.attachButton.addEventListener("click", () => handlers.attach());
+    this.recordButton.addEventListener("click", () => {
+      if (this.recording) void this.stopRecording();
+      else void this.startRecording();
+    });
 
     this.element = el(
       "div",
       { class: "composer" },
       this.tray,
-      el("div", { class: "composer-row" }, this.attachButton, this.textarea, this.sendButton, this.stopButton),
+      this.recordingBar,
+      el(
+        "div",
+        { class: "composer-row" },
+        this.attachButton,
+        this.recordButton,
+        this.textarea,
+        this.sendButton,
+        this.stopButton,
+      ),
       el("div", { class: "composer-foot" }, this.hint, this.count),
     );
     this.refresh();
@@ -104,30 +161,110 @@ export class Composer {
 
   setAttachments(attachments: PendingAttachment[]): void {
     this.attachments = attachments;
-    this.tray.replaceChildren(
-      ...attachments.map((attachment) => {
-        const remove = iconButton(`Remove ${attachment.name}`, icon("close"), {
-          class: "icon-button remove-attachment",
-        });
-        remove.addEventListener("click", () => {
-          this.handlers.removeAttachment(attachment);
-          this.textarea.focus();
-        });
-        const size = `${attachment.width} × ${attachment.height}, ${formatBytes(attachment.byteSize)}`;
-        return el(
-          "li",
-          {
-            class: "pending-attachment",
-            "data-testid": "pending-attachment",
-            title: `${attachment.name} — ${size}`,
-          },
-          el("img", { src: attachment.thumbnail, alt: attachment.name }),
-          remove,
-        );
-      }),
-    );
+    this.tray.replaceChildren(...attachments.map((attachment) => this.pendingChip(attachment)));
     this.tray.hidden = attachments.length === 0;
     this.refresh();
+  }
+
+  /** An image's thumbnail, or an audio file's chip, with a button that removes it. */
+  private pendingChip(attachment: PendingAttachment): HTMLElement {
+    const remove = iconButton(`Remove ${attachment.name}`, icon("close"), {
+      class: "icon-button remove-attachment",
+    });
+    remove.addEventListener("click", () => {
+      this.handlers.removeAttachment(attachment);
+      this.textarea.focus();
+    });
+    if (attachment.kind === "audio")
+      return el(
+        "li",
+        { class: "pending-attachment audio", "data-testid": "pending-attachment", "data-attachment-id": attachment.id },
+        audioChip({
+          name: attachment.name,
+          durationMs: attachment.durationMs,
+          notice: attachment.notice,
+          load: () => this.handlers.audioFile(attachment),
+          testId: "pending-audio",
+        }),
+        remove,
+      );
+    const size = `${attachment.width ?? "?"} × ${attachment.height ?? "?"}, ${formatBytes(attachment.byteSize)}`;
+    return el(
+      "li",
+      {
+        class: "pending-attachment",
+        "data-testid": "pending-attachment",
+        title: `${attachment.name} — ${size}`,
+      },
+      el("img", { src: attachment.thumbnail ?? "", alt: attachment.name }),
+      remove,
+    );
+  }
+
+  /** Whether the microphone is recording (or being opened). */
+  isRecording(): boolean {
+    return this.recording !== null;
+  }
+
+  private async startRecording(): Promise<void> {
+    if (this.recording || this.recordButton.disabled) return;
+    this.recording = "starting";
+    document.addEventListener("keydown", this.onRecordingKey, true);
+    this.refresh();
+    let recording: Recording;
+    try {
+      recording = await this.handlers.record();
+    } catch (error) {
+      this.endRecording();
+      this.handlers.recordingFailed(error instanceof Error ? error.message : String(error));
+      return;
+    }
+    if (this.recording !== "starting") {
+      recording.cancel(); // stopped (Esc) while the microphone was being opened
+      return;
+    }
+    this.recording = recording;
+    this.showRecording(recording);
+    this.recordingTimer = setInterval(() => {
+      this.showRecording(recording);
+      if (recording.elapsedSeconds() >= MAX_RECORDING_SECONDS) void this.stopRecording();
+    }, RECORDING_TICK_MS);
+    this.refresh();
+  }
+
+  /** Stops the recording and hands it over as a WAV file. */
+  private async stopRecording(): Promise<void> {
+    const recording = this.recording;
+    this.endRecording();
+    if (!recording || recording === "starting") return;
+    try {
+      this.handlers.recorded(await recording.stop());
+    } catch (error) {
+      this.handlers.recordingFailed(error instanceof Error ? error.message : String(error));
+    }
+    this.textarea.focus();
+  }
+
+  /** Stops a recording without keeping it (the composer goes away). */
+  cancelRecording(): void {
+    const recording = this.recording;
+    this.endRecording();
+    if (recording && recording !== "starting") recording.cancel();
+  }
+
+  private endRecording(): void {
+    clearInterval(this.recordingTimer);
+    this.recordingTimer = undefined;
+    this.recording = null;
+    document.removeEventListener("keydown", this.onRecordingKey, true);
+    this.refresh();
+  }
+
+  private showRecording(recording: Recording): void {
+    this.recordingTime.textContent = formatDuration(Math.floor(recording.elapsedSeconds()) * 1000);
+    const level = Math.max(0, Math.min(1, recording.level()));
+    this.recordingLevel.style.transform = `scaleX(${level.toFixed(3)})`;
+    this.recordingBar.dataset.level = level.toFixed(2);
   }
 
   pendingAttachments(): PendingAttachment[] {
@@ -152,7 +289,7 @@ export class Composer {
   private canSend(): boolean {
     const { generating, blockedReason } = this.state;
     const hasContent = this.textarea.value.trim().length > 0 || this.attachments.length > 0;
-    return !generating && blockedReason === null && hasContent;
+    return !generating && blockedReason === null && hasContent && this.recording === null;
   }
 
   private submit(): void {
@@ -175,10 +312,12 @@ export class Composer {
 
   private onPaste(event: ClipboardEvent): void {
     const data = event.clipboardData;
-    const files = [...(data?.files ?? [])].filter((file) => file.type.startsWith("image/"));
+    const files = [...(data?.files ?? [])].filter(
+      (file) => file.type.startsWith("image/") || file.type.startsWith("audio/"),
+    );
     if (files.length > 0) {
       event.preventDefault();
-      this.handlers.pasteImages(files);
+      this.handlers.pasteFiles(files);
       return;
     }
     // Text pastes as usual. WebKitGTK gives a pasted image neither as a file nor as text.
@@ -233,13 +372,39 @@ export class Composer {
   }
 
   private refresh(): void {
-    const { generating, blockedReason, vision } = this.state;
+    const { generating, blockedReason, vision, audio } = this.state;
     this.sendButton.hidden = generating;
     this.stopButton.hidden = !generating;
     this.sendButton.disabled = !this.canSend();
-    this.attachButton.disabled = blockedReason !== null || !vision;
-    this.attachButton.title = vision ? "Attach images" : "This model does not read images";
+    this.attachButton.disabled = blockedReason !== null || (!vision && !audio);
+    const attachLabel =
+      vision && audio
+        ? "Attach images or audio"
+        : vision
+          ? "Attach images (this model does not hear audio)"
+          : audio
+            ? "Attach audio (this model does not read images)"
+            : "This model reads neither images nor audio";
+    this.attachButton.title = attachLabel;
+    this.attachButton.setAttribute("aria-label", attachLabel);
+
+    const recording = this.recording !== null;
+    this.recordButton.disabled = !recording && (blockedReason !== null || !audio);
+    const recordLabel = recording ? "Stop recording" : audio ? "Record audio" : "This model does not hear audio";
+    this.recordButton.title = recordLabel;
+    this.recordButton.setAttribute("aria-label", recordLabel);
+    this.recordButton.setAttribute("aria-pressed", String(recording));
+    this.recordButton.classList.toggle("active", recording);
+    this.recordButton.replaceChildren(icon(recording ? "stop" : "microphone"));
+    this.recordingBar.hidden = !(this.recording && this.recording !== "starting");
+    this.element.classList.toggle("is-recording", recording);
+
     this.hint.textContent =
-      blockedReason ?? (generating ? "Esc stops the answer" : "Enter to send · Shift+Enter for a new line");
+      blockedReason ??
+      (recording
+        ? "Recording… Esc or the microphone button stops it"
+        : generating
+          ? "Esc stops the answer"
+          : "Enter to send · Shift+Enter for a new line");
   }
 }

@@ -2,9 +2,10 @@
 import type { Attachment, Message, Usage } from "../api";
 import { copyText } from "../clipboard";
 import { el, iconButton } from "../dom";
-import { formatInteger, formatMilliseconds, formatRate } from "../format";
+import { formatDuration, formatInteger, formatMilliseconds, formatRate } from "../format";
 import { icon } from "../icons";
 import { announce } from "../live";
+import { audioChip } from "./audio-chip";
 import { loadMath } from "../markdown/math";
 import { needsMath, renderMarkdown } from "../markdown/render";
 import { splitThinking } from "../markdown/thinking";
@@ -19,6 +20,8 @@ export interface MessageActions {
   selectVersion(message: Message, version: number): void;
   /** A `data:` URL for an attachment's thumbnail. */
   thumbnail(attachment: Attachment): Promise<string>;
+  /** An audio attachment's file, to play it. */
+  audioFile(attachment: Attachment): Promise<Blob>;
   /** Shows an attachment full size. */
   view(attachment: Attachment): void;
 }
@@ -31,6 +34,8 @@ export interface MessageFlags {
   lastAnswer: boolean;
   /** Tokens the model can hold, for "context used". */
   contextWindow: number | null;
+  /** How much of a recording the model hears, in ms: a longer one's chip says so. */
+  audioHeardMs: number | null;
   /** The context notice says why this answer failed: its own line does not say it again. */
   errorInNotice: boolean;
   /** Where the answer stands while streaming. */
@@ -83,7 +88,8 @@ export class MessageView {
     this.message = message;
     this.flags = flags;
     if (!changed || this.editing) return;
-    if (textChanged || message.attachments.length !== this.bubble.querySelectorAll("img").length) this.renderAll();
+    const shown = this.bubble.querySelector(".message-attachments")?.childElementCount ?? 0;
+    if (textChanged || message.attachments.length !== shown) this.renderAll();
     else this.renderFooter();
   }
 
@@ -108,6 +114,18 @@ export class MessageView {
   private attachments(): HTMLElement {
     const list = el("div", { class: "message-attachments" });
     for (const attachment of this.message.attachments) {
+      if (attachment.kind === "audio") {
+        list.append(
+          audioChip({
+            name: attachment.name ?? "Audio",
+            durationMs: attachment.durationMs,
+            notice: heardNotice(attachment.durationMs, this.flags.audioHeardMs),
+            load: () => this.actions.audioFile(attachment),
+            testId: "message-audio",
+          }),
+        );
+        continue;
+      }
       const size = attachment.width && attachment.height ? `, ${attachment.width} × ${attachment.height}` : "";
       const image = el("img", {
         class: "message-attachment",
@@ -303,6 +321,12 @@ export class MessageView {
     field.focus();
     field.setSelectionRange(field.value.length, field.value.length);
   }
+}
+
+/** "Only the first 10:00 of 14:05 was heard." for a recording longer than the model hears. */
+export function heardNotice(durationMs: number | null, heardMs: number | null): string | null {
+  if (durationMs === null || heardMs === null || durationMs <= heardMs) return null;
+  return `Only the first ${formatDuration(heardMs)} of ${formatDuration(durationMs)} was heard.`;
 }
 
 /** The line under an answer: speed, latency, size, context used, and how it ended. */

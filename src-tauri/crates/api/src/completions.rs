@@ -265,15 +265,23 @@ pub(crate) async fn start(
         });
     }
     let plan = Plan::new(&request, &model)?;
-    let (engine_messages, encoded) = messages::convert(&request.messages, model.vision)?;
+    let (engine_messages, media) = messages::convert(&request.messages, model.vision, model.audio)?;
     drop(request);
     let budget = model.image_budget;
+    let (encoded, audio) = (media.images, media.audio);
     let images = if encoded.is_empty() {
         Vec::new()
     } else {
         tokio::task::spawn_blocking(move || messages::preprocess(encoded, budget))
             .await
             .map_err(|e| ApiError::Internal(format!("preparing the images failed: {e}")))??
+    };
+    let (engine_messages, audio) = if audio.is_empty() {
+        (engine_messages, Vec::new())
+    } else {
+        tokio::task::spawn_blocking(move || messages::prepare_audio(engine_messages, audio))
+            .await
+            .map_err(|e| ApiError::Internal(format!("preparing the audio failed: {e}")))??
     };
 
     let permit = served.admission.try_admit().ok_or(ApiError::QueueFull)?;
@@ -283,6 +291,7 @@ pub(crate) async fn start(
         conversation: API_CONVERSATION.to_owned(),
         messages: engine_messages,
         images,
+        audio,
         thinking: plan.thinking,
         tools: plan.tools.declared.clone(),
         options: plan.options.clone(),

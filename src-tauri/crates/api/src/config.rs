@@ -19,6 +19,8 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 20 * 1024 * 1024;
 pub const DEFAULT_QUEUE_DEPTH: usize = 8;
 /// Most images one request may carry.
 pub const MAX_IMAGES: usize = 10;
+/// Audio files one request may carry (each up to the engine's clip limit).
+pub const MAX_AUDIO: usize = 4;
 /// Context windows a server may be given, in tokens (the bounds of the app's Settings).
 pub const MIN_CONTEXT: usize = 512;
 pub const MAX_CONTEXT: usize = 131_072;
@@ -69,6 +71,8 @@ pub struct ServedModel {
     pub aliases: Vec<String>,
     /// Whether it can see images.
     pub vision: bool,
+    /// Whether it can hear audio (`input_audio` parts).
+    pub audio: bool,
     /// Positions a request may use, prompt and answer together.
     pub context_window: usize,
     /// Sampling when a request sets nothing (the checkpoint's generation_config.json).

@@ -1,15 +1,17 @@
 //! OpenAI messages into the engine's: roles mapped, text kept as text (it reaches the model
 //! only through the engine's one protected prompt path, where control-token text stays text),
-//! images taken only as base64 data URLs — this server never fetches a URL or opens a path.
+//! images taken only as base64 data URLs and audio only as base64 `input_audio` data — this
+//! server never fetches a URL or opens a path.
 
 use std::sync::Arc;
 
 use base64::Engine as _;
+use engine::audio::{prepare_bytes, AudioClip, AudioLimits};
 use engine::image::{preprocess_bytes, Preprocessed, SoftTokenBudget};
 use engine::template::{Message, Part, Role, ToolCall, ToolResponse};
 use serde_json::Value;
 
-use crate::config::MAX_IMAGES;
+use crate::config::{MAX_AUDIO, MAX_IMAGES};
 use crate::error::ApiError;
 use crate::wire::ChatMessage;
 
@@ -20,12 +22,29 @@ pub struct EncodedImage {
     pub bytes: Vec<u8>,
 }
 
-/// The engine's messages for `messages`, and their images in the order of their
-/// `Part::Image` items.
+/// A sound file of a request, still encoded, with the field it came from (for errors).
+#[derive(Debug)]
+pub struct EncodedAudio {
+    pub param: String,
+    pub bytes: Vec<u8>,
+}
+
+/// The media of a request, each kind in the order of its parts.
+#[derive(Debug, Default)]
+pub struct Media {
+    pub images: Vec<EncodedImage>,
+    /// One per `Part::Audio` item of the converted messages (a file longer than 30 s becomes
+    /// several clips, and its one item several, in [`prepare_audio`]).
+    pub audio: Vec<EncodedAudio>,
+}
+
+/// The engine's messages for `messages`, and their media in the order of their `Part::Image`
+/// and `Part::Audio` items. `vision` / `hearing`: whether the model takes images / audio.
 pub fn convert(
     messages: &[ChatMessage],
     vision: bool,
-) -> Result<(Vec<Message>, Vec<EncodedImage>), ApiError> {
+    hearing: bool,
+) -> Result<(Vec<Message>, Media), ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid(
             "messages",
@@ -33,7 +52,7 @@ pub fn convert(
         ));
     }
     let mut out: Vec<Message> = Vec::with_capacity(messages.len());
-    let mut images = Vec::new();
+    let mut media = Media::default();
     // The ids of the tool calls so far, with their function's names.
     let mut call_ids: Vec<(String, String)> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
@@ -43,7 +62,7 @@ pub fn convert(
             "user" => Role::User,
             "assistant" => Role::Assistant,
             "tool" | "function" => {
-                tool_response(message, &param, &call_ids, &mut out, &mut images)?;
+                tool_response(message, &param, &call_ids, &mut out, &mut media)?;
                 continue;
             }
             other => {
@@ -65,7 +84,7 @@ pub fn convert(
                 ))
             }
         };
-        let parts = content_parts(&message.content, role, &param, &mut images)?;
+        let parts = content_parts(&message.content, role, &param, &mut media)?;
         // The answer after a tool's results goes on in the same model turn (Gemma 4 writes
         // call, results and answer in one turn).
         if let (Role::Assistant, true, Some(last)) = (role, calls.is_empty(), out.last_mut()) {
@@ -87,22 +106,37 @@ pub fn convert(
         }
         out.push(engine_message);
     }
-    if !images.is_empty() && !vision {
+    if let (Some(image), false) = (media.images.first(), vision) {
         return Err(ApiError::invalid(
-            &images[0].param,
+            &image.param,
             "this model cannot see images; send text only",
         ));
     }
-    if images.len() > MAX_IMAGES {
+    if let (Some(audio), false) = (media.audio.first(), hearing) {
+        return Err(ApiError::invalid(
+            &audio.param,
+            "this model cannot hear audio (it has no audio tower); send text only",
+        ));
+    }
+    if media.images.len() > MAX_IMAGES {
         return Err(ApiError::invalid(
             "messages",
             format!(
                 "a request may carry at most {MAX_IMAGES} images, not {}",
-                images.len()
+                media.images.len()
             ),
         ));
     }
-    Ok((out, images))
+    if media.audio.len() > MAX_AUDIO {
+        return Err(ApiError::invalid(
+            "messages",
+            format!(
+                "a request may carry at most {MAX_AUDIO} audio files, not {}",
+                media.audio.len()
+            ),
+        ));
+    }
+    Ok((out, media))
 }
 
 /// An assistant message's `tool_calls`: `[{"id", "type": "function", "function": {"name",
@@ -162,7 +196,7 @@ fn tool_response(
     param: &str,
     call_ids: &[(String, String)],
     out: &mut [Message],
-    images: &mut Vec<EncodedImage>,
+    media: &mut Media,
 ) -> Result<(), ApiError> {
     let caller = out
         .last_mut()
@@ -196,7 +230,7 @@ fn tool_response(
             ))
         }
     };
-    let text = match content_parts(&message.content, Role::System, param, images)?.as_slice() {
+    let text = match content_parts(&message.content, Role::System, param, media)?.as_slice() {
         [Part::Text { text }] => text.clone(),
         _ => String::new(),
     };
@@ -208,14 +242,15 @@ fn tool_response(
     Ok(())
 }
 
-/// The parts of one message's `content`: a string, or a list of `text` / `image_url` parts.
+/// The parts of one message's `content`: a string, or a list of `text` / `image_url` /
+/// `input_audio` parts.
 /// System and assistant messages hold text only, joined into one part (templates write a
 /// system message's content as one string).
 fn content_parts(
     content: &Value,
     role: Role,
     param: &str,
-    images: &mut Vec<EncodedImage>,
+    media: &mut Media,
 ) -> Result<Vec<Part>, ApiError> {
     let param = format!("{param}.content");
     let list = match content {
@@ -252,11 +287,24 @@ fn content_parts(
                     Some(object) => object.get("url").and_then(Value::as_str).unwrap_or(""),
                     None => "",
                 };
-                images.push(EncodedImage {
+                media.images.push(EncodedImage {
                     bytes: decode_data_url(url, &param)?,
                     param: param.clone(),
                 });
                 parts.push(Part::Image);
+            }
+            "input_audio" if role == Role::User => {
+                media.audio.push(EncodedAudio {
+                    bytes: decode_input_audio(part.get("input_audio"), &param)?,
+                    param: param.clone(),
+                });
+                parts.push(Part::Audio);
+            }
+            "input_audio" => {
+                return Err(ApiError::invalid(
+                    &param,
+                    "only user messages may hold audio",
+                ))
             }
             "image_url" => {
                 return Err(ApiError::invalid(
@@ -269,7 +317,7 @@ fn content_parts(
                 return Err(ApiError::invalid(
                     &param,
                     format!(
-                        "content parts of type `{other}` are not supported; use text or image_url"
+                        "content parts of type `{other}` are not supported; use text, image_url or input_audio"
                     ),
                 ))
             }
@@ -280,7 +328,7 @@ fn content_parts(
             .into_iter()
             .filter_map(|p| match p {
                 Part::Text { text } => Some(text),
-                Part::Image => None,
+                Part::Image | Part::Audio => None,
             })
             .collect::<Vec<_>>()
             .join("\n");
@@ -336,6 +384,82 @@ pub fn decode_data_url(url: &str, param: &str) -> Result<Vec<u8>, ApiError> {
         .map_err(|e| ApiError::invalid(param, format!("the image's base64 data is not valid: {e}")))
 }
 
+/// The bytes of an `input_audio` part: `{"data": "<base64>", "format": "wav" | "mp3" | …}` (the
+/// format is read from the bytes themselves; a URL or a path is never taken).
+fn decode_input_audio(value: Option<&Value>, param: &str) -> Result<Vec<u8>, ApiError> {
+    let data = value
+        .and_then(|v| v.get("data"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                param,
+                "an input_audio part needs `input_audio.data`: the file's bytes in base64",
+            )
+        })?;
+    // A data URL's header is accepted too (some clients send one); its data is what counts.
+    let data = match data.trim().strip_prefix("data:") {
+        Some(rest) => rest.split_once(',').map_or("", |(_, d)| d),
+        None => data,
+    };
+    let data: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data.as_bytes())
+        .map_err(|e| {
+            ApiError::invalid(param, format!("the audio's base64 data is not valid: {e}"))
+        })?;
+    if bytes.is_empty() {
+        return Err(ApiError::invalid(param, "the audio data is empty"));
+    }
+    Ok(bytes)
+}
+
+/// The clips of a request's audio files, decoded as the app decodes a dropped file, and the
+/// messages with each file's `Part::Audio` item repeated once per 30 s clip (CPU work: call it
+/// off the async threads). A file longer than the clip limit is refused: an API caller gets a
+/// clear error rather than an answer about part of what it sent.
+pub fn prepare_audio(
+    messages: Vec<Message>,
+    audio: Vec<EncodedAudio>,
+) -> Result<(Vec<Message>, Vec<Arc<AudioClip>>), ApiError> {
+    let limits = AudioLimits::default();
+    let mut per_file = Vec::with_capacity(audio.len());
+    for file in &audio {
+        let prepared = prepare_bytes(&file.bytes, &limits).map_err(|e| {
+            ApiError::invalid(&file.param, format!("the audio cannot be used: {e}"))
+        })?;
+        if prepared.limit_reached {
+            return Err(ApiError::invalid(
+                &file.param,
+                format!(
+                    "the audio is {:.0} s long; a request's file may be at most {:.0} s ({} clips of 30 s)",
+                    prepared.seconds, prepared.kept_seconds, limits.max_clips
+                ),
+            ));
+        }
+        per_file.push(prepared.clips);
+    }
+    let mut files = per_file.into_iter();
+    let mut clips = Vec::new();
+    let messages = messages
+        .into_iter()
+        .map(|mut message| {
+            let mut content = Vec::with_capacity(message.content.len());
+            for part in message.content {
+                if part != Part::Audio {
+                    content.push(part);
+                    continue;
+                }
+                let file = files.next().unwrap_or_default();
+                content.extend(file.iter().map(|_| Part::Audio));
+                clips.extend(file);
+            }
+            message.content = content;
+            message
+        })
+        .collect();
+    Ok((messages, clips))
+}
+
 /// The images ready for the vision tower, decoded and resized as the app does a dropped image
 /// (CPU work: call it off the async threads).
 pub fn preprocess(
@@ -369,7 +493,7 @@ mod tests {
 
     #[test]
     fn roles_map_and_text_stays_text() {
-        let (messages, images) = convert(
+        let (messages, media) = convert(
             &[
                 message("developer", json!("Be brief.")),
                 message(
@@ -383,9 +507,10 @@ mod tests {
                 message("user", json!("and?")),
             ],
             true,
+            true,
         )
         .unwrap();
-        assert!(images.is_empty());
+        assert!(media.images.is_empty() && media.audio.is_empty());
         assert_eq!(messages[0], Message::text(Role::System, "Be brief."));
         assert_eq!(messages[1], Message::text(Role::User, "<start_of_turn>hi"));
         assert_eq!(messages[2], Message::text(Role::Assistant, "a\nb"));
@@ -410,17 +535,83 @@ mod tests {
         }
     }
 
+    fn wav(seconds: f64) -> Vec<u8> {
+        let samples = (seconds * 16_000.0) as usize;
+        let mut out = Vec::new();
+        let data_bytes = (samples * 2) as u32;
+        out.extend(b"RIFF");
+        out.extend((36 + data_bytes).to_le_bytes());
+        out.extend(b"WAVEfmt ");
+        out.extend(16u32.to_le_bytes());
+        out.extend(1u16.to_le_bytes()); // PCM
+        out.extend(1u16.to_le_bytes()); // mono
+        out.extend(16_000u32.to_le_bytes());
+        out.extend(32_000u32.to_le_bytes());
+        out.extend(2u16.to_le_bytes());
+        out.extend(16u16.to_le_bytes());
+        out.extend(b"data");
+        out.extend(data_bytes.to_le_bytes());
+        for i in 0..samples {
+            let v = (8000.0 * (i as f64 * 0.05).sin()) as i16;
+            out.extend(v.to_le_bytes());
+        }
+        out
+    }
+
+    fn audio_part(bytes: &[u8]) -> Value {
+        let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+        json!({"type": "input_audio", "input_audio": {"data": data, "format": "wav"}})
+    }
+
+    #[test]
+    fn audio_needs_a_hearing_model_a_user_message_and_base64_data() {
+        let content = json!([{"type": "text", "text": "What is said?"}, audio_part(&wav(1.0))]);
+        assert!(convert(&[message("user", content.clone())], true, false).is_err());
+        assert!(convert(&[message("system", content.clone())], true, true).is_err());
+        for bad in [
+            json!({"type": "input_audio"}),
+            json!({"type": "input_audio", "input_audio": {"data": "not base64!"}}),
+            json!({"type": "input_audio", "input_audio": {"data": ""}}),
+            json!({"type": "input_audio", "input_audio": {"url": "file:///etc/passwd"}}),
+        ] {
+            let error = convert(&[message("user", json!([bad]))], true, true).unwrap_err();
+            assert_eq!(error.status(), axum::http::StatusCode::BAD_REQUEST, "{bad}");
+        }
+        let (messages, media) = convert(&[message("user", content)], true, true).unwrap();
+        assert_eq!(messages[0].content[1], Part::Audio);
+        assert_eq!(media.audio[0].param, "messages[0].content[1]");
+    }
+
+    #[test]
+    fn a_long_file_becomes_one_audio_item_per_clip_and_garbage_is_refused() {
+        let content =
+            json!([audio_part(&wav(1.0)), {"type": "text", "text": "and"}, audio_part(&wav(65.0))]);
+        let (messages, media) = convert(&[message("user", content)], true, true).unwrap();
+        let (messages, clips) = prepare_audio(messages, media.audio).unwrap();
+        let audio = |m: &Message| m.content.iter().filter(|p| **p == Part::Audio).count();
+        assert_eq!(audio(&messages[0]), 4, "1 s, then 65 s as 30 + 30 + 5");
+        assert_eq!(clips.len(), 4);
+        assert_eq!(messages[0].content[1], Part::Text { text: "and".into() });
+        assert_eq!(clips[0].soft_tokens, 25);
+        assert_eq!(clips[3].soft_tokens, 125);
+
+        let garbage = json!([audio_part(b"RIFF....WAVEnot really")]);
+        let (messages, media) = convert(&[message("user", garbage)], true, true).unwrap();
+        let error = prepare_audio(messages, media.audio).unwrap_err();
+        assert_eq!(error.status(), axum::http::StatusCode::BAD_REQUEST);
+    }
+
     #[test]
     fn images_need_a_seeing_model_and_a_user_message() {
         let image =
             json!([{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGk="}}]);
-        assert!(convert(&[message("user", image.clone())], false).is_err());
-        assert!(convert(&[message("system", image.clone())], true).is_err());
-        let (messages, images) = convert(&[message("user", image)], true).unwrap();
+        assert!(convert(&[message("user", image.clone())], false, false).is_err());
+        assert!(convert(&[message("system", image.clone())], true, true).is_err());
+        let (messages, media) = convert(&[message("user", image)], true, true).unwrap();
         assert_eq!(messages[0].content, [Part::Image]);
-        assert_eq!(images[0].param, "messages[0].content[0]");
-        assert!(convert(&[message("tool", json!("42"))], true).is_err());
-        assert!(convert(&[], true).is_err());
+        assert_eq!(media.images[0].param, "messages[0].content[0]");
+        assert!(convert(&[message("tool", json!("42"))], true, true).is_err());
+        assert!(convert(&[], true, true).is_err());
     }
 
     #[test]
@@ -444,6 +635,7 @@ mod tests {
                 weather,
                 message("assistant", json!("Clear at noon.")),
             ],
+            true,
             true,
         )
         .unwrap();
@@ -484,7 +676,7 @@ mod tests {
             vec![message("user", json!("hi")), stray],
             vec![message("user", json!("hi")), bad_args],
         ] {
-            let error = convert(&messages, true).unwrap_err();
+            let error = convert(&messages, true, true).unwrap_err();
             assert_eq!(error.status(), axum::http::StatusCode::BAD_REQUEST);
         }
     }

@@ -11,7 +11,9 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::store::{new_id, Store};
-use crate::types::{Attachment, AttachmentInput, AttachmentRef};
+use crate::types::{
+    Attachment, AttachmentInput, AttachmentKind, AttachmentRef, ATTACHMENT_NAME_MAX_CHARS,
+};
 
 /// Name of the attachments folder inside the data folder.
 pub const ATTACHMENTS_DIR: &str = "attachments";
@@ -20,9 +22,9 @@ pub const ATTACHMENTS_DIR: &str = "attachments";
 const HASH_LEN: usize = 64;
 
 impl Store {
-    /// Copies `bytes` into the attachments folder (once per distinct content) and returns the
-    /// reference to pass to `add_message`. `mime` picks the file extension; parameters after `;`
-    /// are dropped.
+    /// Copies an image's `bytes` into the attachments folder (once per distinct content) and
+    /// returns the reference to pass to `add_message`. `mime` picks the file extension;
+    /// parameters after `;` are dropped.
     pub fn store_attachment(
         &self,
         bytes: &[u8],
@@ -30,10 +32,34 @@ impl Store {
         width: Option<u32>,
         height: Option<u32>,
     ) -> Result<AttachmentRef> {
+        self.store_file(bytes, mime, AttachmentKind::Image, (width, height), None)
+    }
+
+    /// Copies an audio file's `bytes` (`duration_ms` long) into the attachments folder, as
+    /// [`Store::store_attachment`] does an image's.
+    pub fn store_audio(&self, bytes: &[u8], mime: &str, duration_ms: u32) -> Result<AttachmentRef> {
+        self.store_file(
+            bytes,
+            mime,
+            AttachmentKind::Audio,
+            (None, None),
+            Some(duration_ms),
+        )
+    }
+
+    fn store_file(
+        &self,
+        bytes: &[u8],
+        mime: &str,
+        kind: AttachmentKind,
+        (width, height): (Option<u32>, Option<u32>),
+        duration_ms: Option<u32>,
+    ) -> Result<AttachmentRef> {
         if bytes.is_empty() {
             return Err(Error::InvalidInput("an attachment cannot be empty".into()));
         }
         let mime = normalize_mime(mime)?;
+        check_kind(kind, &mime)?;
         let hash = format!("{:x}", Sha256::digest(bytes));
         let file_name = file_name_for(&hash, &mime);
         let byte_size = i64::try_from(bytes.len())
@@ -47,9 +73,11 @@ impl Store {
             inner.unsent_files.insert(file_name.clone());
             Ok(AttachmentRef {
                 hash,
+                kind,
                 mime,
                 width,
                 height,
+                duration_ms,
                 byte_size,
                 file_name,
             })
@@ -128,6 +156,7 @@ pub(crate) fn attach(
         )));
     }
     let mime = normalize_mime(&input.mime)?;
+    check_kind(input.kind, &mime)?;
     let file_name = file_name_for(&input.hash, &mime);
     let path = resolve(dir, &file_name)
         .ok_or_else(|| Error::InvalidInput(format!("cannot attach {file_name:?}")))?;
@@ -142,27 +171,34 @@ pub(crate) fn attach(
     let attachment = Attachment {
         id: new_id(),
         hash: input.hash.clone(),
+        kind: input.kind,
         mime,
         width: input.width,
         height: input.height,
+        duration_ms: input.duration_ms,
         byte_size,
         file_name,
+        name: input.name.as_deref().and_then(clean_name),
     };
     conn.prepare_cached(
         "INSERT INTO attachments
-             (id, message_id, position, hash, mime, width, height, byte_size, file_name)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             (id, message_id, position, hash, kind, mime, width, height, duration_ms, byte_size,
+              file_name, name)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )?
     .execute(params![
         attachment.id,
         message_id,
         i64::try_from(position).unwrap_or(i64::MAX),
         attachment.hash,
+        attachment.kind,
         attachment.mime,
         attachment.width,
         attachment.height,
+        attachment.duration_ms,
         attachment.byte_size,
         attachment.file_name,
+        attachment.name,
     ])?;
     Ok(attachment)
 }
@@ -173,7 +209,8 @@ pub(crate) fn by_message(
     conversation_id: &str,
 ) -> Result<HashMap<String, Vec<Attachment>>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT a.message_id, a.id, a.hash, a.mime, a.width, a.height, a.byte_size, a.file_name
+        "SELECT a.message_id, a.id, a.hash, a.kind, a.mime, a.width, a.height, a.duration_ms,
+                a.byte_size, a.file_name, a.name
          FROM attachments a JOIN messages m ON m.id = a.message_id
          WHERE m.conversation_id = ? ORDER BY a.position",
     )?;
@@ -183,11 +220,14 @@ pub(crate) fn by_message(
         let attachment = Attachment {
             id: row.get(1)?,
             hash: row.get(2)?,
-            mime: row.get(3)?,
-            width: row.get(4)?,
-            height: row.get(5)?,
-            byte_size: row.get(6)?,
-            file_name: row.get(7)?,
+            kind: row.get(3)?,
+            mime: row.get(4)?,
+            width: row.get(5)?,
+            height: row.get(6)?,
+            duration_ms: row.get(7)?,
+            byte_size: row.get(8)?,
+            file_name: row.get(9)?,
+            name: row.get(10)?,
         };
         by_message.entry(row.get(0)?).or_default().push(attachment);
     }
@@ -310,6 +350,35 @@ pub(crate) fn normalize_mime(mime: &str) -> Result<String> {
     }
 }
 
+/// Refuses a file whose type says it is not what `kind` claims (an "image" of type audio/mpeg).
+pub(crate) fn check_kind(kind: AttachmentKind, mime: &str) -> Result<()> {
+    let top = mime.split('/').next().unwrap_or_default();
+    let fits = match kind {
+        AttachmentKind::Image => top != "audio",
+        AttachmentKind::Audio => top == "audio",
+    };
+    if fits {
+        Ok(())
+    } else {
+        Err(Error::InvalidInput(format!(
+            "a file of type {mime} cannot be attached as {}",
+            kind.as_str()
+        )))
+    }
+}
+
+/// A name to show: control characters dropped, whitespace trimmed, at most
+/// [`ATTACHMENT_NAME_MAX_CHARS`] characters; `None` when nothing is left.
+pub(crate) fn clean_name(name: &str) -> Option<String> {
+    let cleaned: String = name
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(ATTACHMENT_NAME_MAX_CHARS)
+        .collect();
+    let cleaned = cleaned.trim();
+    (!cleaned.is_empty()).then(|| cleaned.to_owned())
+}
+
 /// File extension for a (normalized) mime type; unknown types are stored as `.bin`.
 fn extension_for(mime: &str) -> &'static str {
     match mime {
@@ -322,11 +391,13 @@ fn extension_for(mime: &str) -> &'static str {
         "image/avif" => "avif",
         "image/bmp" => "bmp",
         "image/tiff" => "tiff",
-        "audio/wav" | "audio/x-wav" | "audio/wave" => "wav",
-        "audio/mpeg" => "mp3",
-        "audio/mp4" | "audio/x-m4a" => "m4a",
-        "audio/ogg" => "ogg",
-        "audio/flac" => "flac",
+        "audio/wav" | "audio/x-wav" | "audio/wave" | "audio/vnd.wave" => "wav",
+        "audio/mpeg" | "audio/mp3" => "mp3",
+        "audio/mp4" | "audio/x-m4a" | "audio/m4a" => "m4a",
+        "audio/aac" => "aac",
+        "audio/aiff" | "audio/x-aiff" => "aiff",
+        "audio/ogg" | "audio/vorbis" => "ogg",
+        "audio/flac" | "audio/x-flac" => "flac",
         "application/pdf" => "pdf",
         "text/plain" => "txt",
         "text/markdown" => "md",

@@ -16,12 +16,14 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::attachments::{self, file_name_for, normalize_mime, resolve, write_once};
+use crate::attachments::{self, check_kind, file_name_for, normalize_mime, resolve, write_once};
 use crate::error::{Error, Result};
 use crate::store::{
     check_system_prompt, ids_to_bytes, message_from_row, touch, usage_json, Store, MESSAGE_SELECT,
 };
-use crate::types::{AttachmentInput, Conversation, MessageStatus, Role, Usage};
+use crate::types::{
+    Attachment, AttachmentInput, AttachmentKind, Conversation, MessageStatus, Role, Usage,
+};
 
 /// `format` of an export file: what tells ours from any other JSON.
 pub const EXPORT_FORMAT: &str = "gemma-desk-chats";
@@ -87,9 +89,17 @@ pub struct ExportedMessage {
 #[serde(rename_all = "camelCase")]
 pub struct ExportedAttachment {
     pub hash: String,
+    /// Absent from exports written before audio (all images then).
+    #[serde(default)]
+    pub kind: AttachmentKind,
     pub mime: String,
     pub width: Option<u32>,
     pub height: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u32>,
+    /// The name the person knew the file by, when kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// An attachment file's content.
@@ -215,8 +225,8 @@ impl Store {
         })
     }
 
-    /// Writes the conversation shown as Markdown to `path`, its images as files in a folder
-    /// next to it (`<name>_files/`), linked from the text. `answer` gives an answer's
+    /// Writes the conversation shown as Markdown to `path`, its images and audio as files in a
+    /// folder next to it (`<name>_files/`), linked from the text. `answer` gives an answer's
     /// Markdown from its stored text (the caller knows the model's markers; this crate does not).
     pub fn export_markdown(
         &self,
@@ -231,11 +241,11 @@ impl Store {
             .unwrap_or_else(|| "conversation".into());
         let folder_name = format!("{stem}_files");
         let folder = path.with_file_name(&folder_name);
-        let has_images = conversation
+        let has_files = conversation
             .messages
             .iter()
             .any(|m| !m.attachments.is_empty());
-        if has_images {
+        if has_files {
             fs::create_dir_all(&folder).map_err(|e| Error::io("create folder", &folder, e))?;
         }
         for message in &conversation.messages {
@@ -245,14 +255,18 @@ impl Store {
                 fs::copy(&from, &to).map_err(|e| Error::io("write", &to, e))?;
             }
         }
-        let image = |n, attachment: &crate::types::Attachment| {
-            format!(
-                "![image {n}]({}/{})",
+        let link = |n, attachment: &Attachment| {
+            let target = format!(
+                "{}/{}",
                 link_path(&folder_name),
                 image_file_name(attachment)
-            )
+            );
+            match attachment.kind {
+                AttachmentKind::Image => format!("![image {n}]({target})"),
+                AttachmentKind::Audio => format!("[{}]({target})", describe(n, attachment)),
+            }
         };
-        let text = markdown(&conversation, image, answer);
+        let text = markdown(&conversation, link, answer);
         fs::write(path, text).map_err(|e| Error::io("write", path, e))
     }
 }
@@ -265,7 +279,7 @@ struct FormatOnly {
 
 /// An attachment's file name in a Markdown export: its hash and extension, never a name a
 /// person or a file chose.
-fn image_file_name(attachment: &crate::types::Attachment) -> String {
+fn image_file_name(attachment: &Attachment) -> String {
     attachment
         .file_name
         .rsplit('/')
@@ -292,12 +306,25 @@ fn link_path(name: &str) -> String {
     out
 }
 
-/// The Markdown of a conversation: title, then each message under who wrote it. `image` gives
-/// each attachment's Markdown (a link to where it was written, or a description), `answer` an
+/// "image 2" or "audio 1 (1:05)": attachment `n` of its kind, in words.
+pub fn describe(n: usize, attachment: &Attachment) -> String {
+    match (attachment.kind, attachment.duration_ms) {
+        (AttachmentKind::Image, _) => format!("image {n}"),
+        (AttachmentKind::Audio, Some(ms)) => {
+            let seconds = ms.div_ceil(1000);
+            format!("audio {n} ({}:{:02})", seconds / 60, seconds % 60)
+        }
+        (AttachmentKind::Audio, None) => format!("audio {n}"),
+    }
+}
+
+/// The Markdown of a conversation: title, then each message under who wrote it. `attached`
+/// gives each attachment's Markdown (a link to where it was written, or a description) from
+/// its number among those of its kind (images and audio counted apart, from 1), `answer` an
 /// answer's Markdown from its stored text.
 pub fn markdown(
     conversation: &Conversation,
-    image: impl Fn(usize, &crate::types::Attachment) -> String,
+    attached: impl Fn(usize, &Attachment) -> String,
     answer: impl Fn(&str) -> String,
 ) -> String {
     let title: String = conversation
@@ -314,7 +341,7 @@ pub fn markdown(
             out.push_str(&format!("\n## System prompt\n\n{prompt}\n"));
         }
     }
-    let mut image_number = 0;
+    let (mut images, mut recordings) = (0, 0);
     for message in &conversation.messages {
         let who = match message.role {
             Role::System => "System",
@@ -323,8 +350,12 @@ pub fn markdown(
         };
         out.push_str(&format!("\n## {who}\n\n"));
         for attachment in &message.attachments {
-            image_number += 1;
-            out.push_str(&image(image_number, attachment));
+            let counter = match attachment.kind {
+                AttachmentKind::Image => &mut images,
+                AttachmentKind::Audio => &mut recordings,
+            };
+            *counter += 1;
+            out.push_str(&attached(*counter, attachment));
             out.push_str("\n\n");
         }
         let text = match message.role {
@@ -404,9 +435,12 @@ fn export_conversation(
             }
             exported_attachments.push(ExportedAttachment {
                 hash: attachment.hash,
+                kind: attachment.kind,
                 mime: attachment.mime,
                 width: attachment.width,
                 height: attachment.height,
+                duration_ms: attachment.duration_ms,
+                name: attachment.name,
             });
         }
         conversation.messages.push(ExportedMessage {
@@ -434,15 +468,17 @@ fn check(export: &Export) -> Result<Vec<(String, Vec<u8>)>> {
     let mut files = Vec::new();
     let mut mimes = HashMap::new();
     for (hash, file) in &export.files {
-        let bytes = BASE64
-            .decode(file.data.as_bytes())
-            .map_err(|e| bad(format!("the image {hash:.12}… is not valid base64 ({e})")))?;
+        let bytes = BASE64.decode(file.data.as_bytes()).map_err(|e| {
+            bad(format!(
+                "the attached file {hash:.12}… is not valid base64 ({e})"
+            ))
+        })?;
         if bytes.is_empty() {
-            return Err(bad(format!("the image {hash:.12}… is empty")));
+            return Err(bad(format!("the attached file {hash:.12}… is empty")));
         }
         if format!("{:x}", Sha256::digest(&bytes)) != *hash {
             return Err(bad(format!(
-                "the image {hash:.12}… does not match its checksum (the file is damaged)"
+                "the attached file {hash:.12}… does not match its checksum (the file is damaged)"
             )));
         }
         let mime = normalize_mime(&file.mime).map_err(|e| bad(e.to_string()))?;
@@ -486,14 +522,15 @@ fn check(export: &Export) -> Result<Vec<(String, Vec<u8>)>> {
             for attachment in &message.attachments {
                 let Some(stored_mime) = mimes.get(attachment.hash.as_str()) else {
                     return Err(bad(format!(
-                        "message {} has an image that is not in the file",
+                        "message {} has an attachment that is not in the file",
                         message.id
                     )));
                 };
                 let mime = normalize_mime(&attachment.mime).map_err(|e| bad(e.to_string()))?;
+                check_kind(attachment.kind, &mime).map_err(|e| bad(e.to_string()))?;
                 if &mime != stored_mime {
                     return Err(bad(format!(
-                        "message {} names its image {mime}, the file says {stored_mime}",
+                        "message {} names its attachment {mime}, the file says {stored_mime}",
                         message.id
                     )));
                 }
@@ -585,9 +622,12 @@ fn import_into(conn: &Connection, attachments_dir: &Path, export: &Export) -> Re
             for (position, attachment) in message.attachments.iter().enumerate() {
                 let input = AttachmentInput {
                     hash: attachment.hash.clone(),
+                    kind: attachment.kind,
                     mime: attachment.mime.clone(),
                     width: attachment.width,
                     height: attachment.height,
+                    duration_ms: attachment.duration_ms,
+                    name: attachment.name.clone(),
                 };
                 attachments::attach(conn, attachments_dir, &message.id, position, &input)?;
             }

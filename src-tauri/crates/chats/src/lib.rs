@@ -24,12 +24,13 @@ mod types;
 pub use attachments::ATTACHMENTS_DIR;
 pub use error::{Error, Result};
 pub use export::{
-    markdown, Export, ExportedAttachment, ExportedConversation, ExportedFile, ExportedMessage,
-    ImportReport, EXPORT_FORMAT, EXPORT_VERSION,
+    describe, markdown, Export, ExportedAttachment, ExportedConversation, ExportedFile,
+    ExportedMessage, ImportReport, EXPORT_FORMAT, EXPORT_VERSION,
 };
 pub use store::{check_system_prompt, Store, DATABASE_FILE, SYSTEM_PROMPT_MAX_CHARS};
 pub use stream::{StreamWriter, DEFAULT_FLUSH_INTERVAL, DEFAULT_MAX_PENDING_BYTES};
 pub use types::{
-    Attachment, AttachmentInput, AttachmentRef, Conversation, ConversationSummary, Message,
-    MessageStatus, Role, SearchHit, SnippetPart, StopReason, Usage,
+    Attachment, AttachmentInput, AttachmentKind, AttachmentRef, Conversation, ConversationSummary,
+    Message, MessageStatus, Role, SearchHit, SnippetPart, StopReason, Usage,
+    ATTACHMENT_NAME_MAX_CHARS,
 };

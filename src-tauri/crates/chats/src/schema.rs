@@ -12,8 +12,23 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Migrations in order; the database's `PRAGMA user_version` counts how many have been applied.
 /// Append new steps, never edit shipped ones.
-pub(crate) const MIGRATIONS: &[&str] =
-    &[V1_INITIAL, V2_GENERATED_IDS, V3_VERSIONS, V4_SYSTEM_PROMPT];
+pub(crate) const MIGRATIONS: &[&str] = &[
+    V1_INITIAL,
+    V2_GENERATED_IDS,
+    V3_VERSIONS,
+    V4_SYSTEM_PROMPT,
+    V5_AUDIO_ATTACHMENTS,
+];
+
+/// Audio attachments beside images: what each file holds (every earlier one is an image), an
+/// audio file's length, and the name the person knew a file by (NULL for earlier ones).
+const V5_AUDIO_ATTACHMENTS: &str = r#"
+ALTER TABLE attachments ADD COLUMN kind TEXT NOT NULL DEFAULT 'image'
+    CHECK (kind IN ('image', 'audio'));
+ALTER TABLE attachments ADD COLUMN duration_ms INTEGER
+    CHECK (duration_ms IS NULL OR duration_ms >= 0);
+ALTER TABLE attachments ADD COLUMN name TEXT;
+"#;
 
 /// A conversation's own system prompt: NULL follows the app's default (Settings), '' is none.
 const V4_SYSTEM_PROMPT: &str = "ALTER TABLE conversations ADD COLUMN system_prompt TEXT;";

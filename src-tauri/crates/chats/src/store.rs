@@ -812,10 +812,11 @@ fn preview_of(text: &str) -> String {
 mod tests {
     use super::preview_of;
     use super::{schema, Store, DATABASE_FILE};
+    use crate::types::AttachmentKind;
 
     #[test]
     fn older_databases_open_with_every_message_and_each_conversation_as_one_branch() {
-        for applied in [1, 2, 3] {
+        for applied in [1, 2, 3, 4] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join(DATABASE_FILE);
             {
@@ -837,7 +838,11 @@ mod tests {
                 conn.execute_batch(&format!(
                     "INSERT INTO conversations (id, title, created_at, updated_at)
                      VALUES ('c', 'Old', 1, 1);
-                     {messages}"
+                     {messages}
+                     INSERT INTO attachments (id, message_id, position, hash, mime, width, height,
+                                              byte_size, file_name)
+                     VALUES ('a0', 'm0', 0, '{hash}', 'image/png', 4, 3, 10, 'ab/{hash}.png');",
+                    hash = "ab".repeat(32)
                 ))
                 .unwrap();
             }
@@ -859,6 +864,18 @@ mod tests {
                 "from version {applied}"
             );
             assert_eq!(shown[1].generated, None);
+            // Attachments from before audio are images, with no length and no name kept.
+            let photo = &shown[0].attachments[0];
+            assert_eq!(
+                (
+                    photo.kind,
+                    photo.width,
+                    photo.duration_ms,
+                    photo.name.as_deref()
+                ),
+                (AttachmentKind::Image, Some(4), None, None),
+                "from version {applied}"
+            );
             // New answers follow the old messages and keep their ids.
             let answer = store.begin_assistant_message("c").unwrap();
             store

@@ -137,6 +137,18 @@ pub struct Message {
     pub generated: Option<Vec<u32>>,
 }
 
+/// What an attached file holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub enum AttachmentKind {
+    /// A picture; `width` and `height` say its size.
+    #[default]
+    Image,
+    /// A sound recording or speech; `duration_ms` says its length.
+    Audio,
+}
+
 /// A file attached to a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
@@ -145,13 +157,19 @@ pub struct Attachment {
     pub id: String,
     /// SHA-256 of the content, lowercase hex.
     pub hash: String,
+    pub kind: AttachmentKind,
     pub mime: String,
     pub width: Option<u32>,
     pub height: Option<u32>,
+    /// For audio: its whole length in milliseconds.
+    pub duration_ms: Option<u32>,
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub byte_size: i64,
     /// Path inside the attachments folder, `<hash[..2]>/<hash>.<ext>`.
     pub file_name: String,
+    /// The file's name as the person knew it (shown, never used as a path); `None` for
+    /// attachments saved before names were kept.
+    pub name: Option<String>,
 }
 
 /// A file stored in the attachments folder, not yet (or not only) attached to a message.
@@ -161,9 +179,12 @@ pub struct Attachment {
 pub struct AttachmentRef {
     /// SHA-256 of the content, lowercase hex.
     pub hash: String,
+    pub kind: AttachmentKind,
     pub mime: String,
     pub width: Option<u32>,
     pub height: Option<u32>,
+    /// For audio: its whole length in milliseconds.
+    pub duration_ms: Option<u32>,
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub byte_size: i64,
     /// Path inside the attachments folder, `<hash[..2]>/<hash>.<ext>`.
@@ -172,24 +193,36 @@ pub struct AttachmentRef {
 
 /// An already stored file (see `Store::store_attachment`) to attach to a new message.
 /// The store derives the file's name and size itself, so input can never point outside its folder.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "camelCase")]
 pub struct AttachmentInput {
     pub hash: String,
+    pub kind: AttachmentKind,
     pub mime: String,
     pub width: Option<u32>,
     pub height: Option<u32>,
+    pub duration_ms: Option<u32>,
+    /// The name to show it by; cut to [`ATTACHMENT_NAME_MAX_CHARS`] printable characters.
+    pub name: Option<String>,
+}
+
+/// Longest attachment name kept, in characters.
+pub const ATTACHMENT_NAME_MAX_CHARS: usize = 255;
+
+impl AttachmentInput {
+    /// The same input, shown as `name`.
+    pub fn named(self, name: impl Into<String>) -> Self {
+        Self {
+            name: Some(name.into()),
+            ..self
+        }
+    }
 }
 
 impl From<&AttachmentRef> for AttachmentInput {
     fn from(stored: &AttachmentRef) -> Self {
-        Self {
-            hash: stored.hash.clone(),
-            mime: stored.mime.clone(),
-            width: stored.width,
-            height: stored.height,
-        }
+        stored.clone().into()
     }
 }
 
@@ -197,9 +230,27 @@ impl From<AttachmentRef> for AttachmentInput {
     fn from(stored: AttachmentRef) -> Self {
         Self {
             hash: stored.hash,
+            kind: stored.kind,
             mime: stored.mime,
             width: stored.width,
             height: stored.height,
+            duration_ms: stored.duration_ms,
+            name: None,
+        }
+    }
+}
+
+impl From<&Attachment> for AttachmentInput {
+    /// A saved attachment attached again (an edited question keeps its files and names).
+    fn from(saved: &Attachment) -> Self {
+        Self {
+            hash: saved.hash.clone(),
+            kind: saved.kind,
+            mime: saved.mime.clone(),
+            width: saved.width,
+            height: saved.height,
+            duration_ms: saved.duration_ms,
+            name: saved.name.clone(),
         }
     }
 }
@@ -234,6 +285,16 @@ impl Role {
             Self::System => "system",
             Self::User => "user",
             Self::Assistant => "assistant",
+        }
+    }
+}
+
+impl AttachmentKind {
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Image => "image",
+            Self::Audio => "audio",
         }
     }
 }
@@ -289,5 +350,17 @@ impl FromSql for MessageStatus {
     fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
         let all = [Self::Complete, Self::Streaming, Self::Stopped, Self::Error];
         parse_name(value, &all, Self::as_str)
+    }
+}
+
+impl ToSql for AttachmentKind {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(self.as_str().into())
+    }
+}
+
+impl FromSql for AttachmentKind {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        parse_name(value, &[Self::Image, Self::Audio], Self::as_str)
     }
 }

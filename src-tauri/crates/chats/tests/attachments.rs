@@ -3,7 +3,7 @@
 use std::fs;
 use std::path::Path;
 
-use chats::{AttachmentInput, Error, Role, Store};
+use chats::{AttachmentInput, AttachmentKind, Error, Role, Store};
 use rusqlite::Connection;
 use tempfile::TempDir;
 
@@ -126,8 +126,7 @@ fn attaching_a_file_that_was_never_stored_saves_nothing() {
     let missing = AttachmentInput {
         hash: "0".repeat(64),
         mime: "image/png".into(),
-        width: None,
-        height: None,
+        ..AttachmentInput::default()
     };
     let err = store
         .add_message(&chat.id, Role::User, "two pics", &[stored.into(), missing])
@@ -146,8 +145,7 @@ fn attaching_a_file_that_was_never_stored_saves_nothing() {
     let sneaky = AttachmentInput {
         hash: "../../../etc/passwd".into(),
         mime: "image/png".into(),
-        width: None,
-        height: None,
+        ..AttachmentInput::default()
     };
     let err = store
         .add_message(&chat.id, Role::User, "pic", &[sneaky])
@@ -290,4 +288,114 @@ fn pruning_removes_unsent_drafts_of_past_sessions_and_temp_files_only() {
     foreign.sort();
     assert_eq!(left, foreign);
     assert!(attachments.join(&used.file_name).is_file());
+}
+
+const WAV: &[u8] = b"RIFF\x24\x00\x00\x00WAVEfmt  pretend sound";
+
+#[test]
+fn audio_is_stored_by_its_hash_and_keeps_its_length_and_name_after_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let chat = {
+        let store = Store::open(dir.path()).unwrap();
+        let chat = store.create_conversation("Meeting").unwrap().id;
+        let clip = store.store_audio(WAV, "audio/wav", 92_500).unwrap();
+        let again = store.store_audio(WAV, "audio/x-wav", 92_500).unwrap();
+        assert_eq!(clip.kind, AttachmentKind::Audio);
+        assert_eq!(
+            clip.file_name,
+            format!("{}/{}.wav", &clip.hash[..2], clip.hash)
+        );
+        assert_eq!(again.file_name, clip.file_name, "one file per content");
+        let photo = store
+            .store_attachment(PNG, "image/png", Some(2), Some(1))
+            .unwrap();
+        store
+            .add_message(
+                &chat,
+                Role::User,
+                "summarize",
+                &[
+                    AttachmentInput::from(&photo).named("whiteboard.png"),
+                    AttachmentInput::from(&clip).named("standup\u{7}.wav"),
+                ],
+            )
+            .unwrap();
+        chat
+    };
+
+    let store = Store::open(dir.path()).unwrap();
+    let message = &store.get_conversation(&chat).unwrap().messages[0];
+    let got: Vec<_> = message
+        .attachments
+        .iter()
+        .map(|a| (a.kind, a.duration_ms, a.width, a.name.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (AttachmentKind::Image, None, Some(2), Some("whiteboard.png")),
+            (
+                AttachmentKind::Audio,
+                Some(92_500),
+                None,
+                Some("standup.wav")
+            ),
+        ]
+    );
+    let path = store.attachment_path(&message.attachments[1].id).unwrap();
+    assert_eq!(fs::read(path).unwrap(), WAV);
+    assert_eq!(files(&dir.path().join("attachments")).len(), 2);
+}
+
+#[test]
+fn a_file_whose_type_contradicts_its_kind_is_refused() {
+    let (_dir, store) = open();
+    let chat = store.create_conversation("Chat").unwrap();
+    for (bytes, mime) in [(WAV, "image/png"), (WAV, "application/octet-stream")] {
+        let err = store.store_audio(bytes, mime, 1_000).unwrap_err();
+        assert!(matches!(err, Error::InvalidInput(_)), "{mime}: {err}");
+    }
+    let err = store
+        .store_attachment(WAV, "audio/wav", None, None)
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err}");
+
+    let clip = store.store_audio(WAV, "audio/wav", 1_000).unwrap();
+    let as_image = AttachmentInput {
+        kind: AttachmentKind::Image,
+        ..AttachmentInput::from(&clip)
+    };
+    let err = store
+        .add_message(&chat.id, Role::User, "x", &[as_image])
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(_)), "{err}");
+    assert!(store
+        .get_conversation(&chat.id)
+        .unwrap()
+        .messages
+        .is_empty());
+}
+
+#[test]
+fn long_or_blank_names_are_cut_or_dropped() {
+    let (_dir, store) = open();
+    let chat = store.create_conversation("Chat").unwrap();
+    let clip = store.store_audio(WAV, "audio/wav", 1_000).unwrap();
+    let sent = store
+        .add_message(
+            &chat.id,
+            Role::User,
+            "",
+            &[
+                AttachmentInput::from(&clip).named("é".repeat(1000)),
+                AttachmentInput::from(&clip).named(" \n\t "),
+            ],
+        )
+        .unwrap();
+    let names: Vec<Option<usize>> = sent
+        .attachments
+        .iter()
+        .map(|a| a.name.as_ref().map(|n| n.chars().count()))
+        .collect();
+    assert_eq!(names, [Some(chats::ATTACHMENT_NAME_MAX_CHARS), None]);
 }

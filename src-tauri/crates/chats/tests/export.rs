@@ -3,11 +3,14 @@
 
 use std::fs;
 
-use chats::{Error, Export, MessageStatus, Role, StopReason, Store, Usage};
+use chats::{
+    AttachmentInput, AttachmentKind, Error, Export, MessageStatus, Role, StopReason, Store, Usage,
+};
 use tempfile::TempDir;
 
 const PNG: &[u8] = b"\x89PNG\r\n\x1a\n pretend pixels";
 const JPEG: &[u8] = b"\xff\xd8\xff pretend jpeg";
+const WAV: &[u8] = b"RIFF\x24\x00\x00\x00WAVEfmt  pretend sound";
 
 fn open() -> (TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
@@ -344,4 +347,111 @@ fn markdown_reads_as_the_conversation_shown_with_images_beside_it() {
     let mut expected = vec![PNG.to_vec(), JPEG.to_vec()];
     expected.sort();
     assert_eq!(images, expected);
+}
+
+#[test]
+fn audio_comes_back_from_an_export_with_its_length_and_name_and_is_linked_in_markdown() {
+    let (dir, store) = open();
+    let chat = store.create_conversation("Voicemail").unwrap().id;
+    let wav = store.store_audio(WAV, "audio/wav", 65_400).unwrap();
+    let png = store
+        .store_attachment(PNG, "image/png", Some(4), Some(3))
+        .unwrap();
+    store
+        .add_message(
+            &chat,
+            Role::User,
+            "What does it say?",
+            &[
+                AttachmentInput::from(&png),
+                AttachmentInput::from(&wav).named("voicemail from Ana.wav"),
+            ],
+        )
+        .unwrap();
+    let before = store.get_conversation(&chat).unwrap().messages[0]
+        .attachments
+        .clone();
+    let json = store.export_json(None).unwrap();
+
+    store.delete_conversation(&chat).unwrap();
+    store.import_json(&json).unwrap();
+
+    let after = &store.get_conversation(&chat).unwrap().messages[0].attachments;
+    let kept: Vec<_> = after
+        .iter()
+        .map(|a| (a.kind, a.duration_ms, a.name.as_deref(), a.mime.as_str()))
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            (AttachmentKind::Image, None, None, "image/png"),
+            (
+                AttachmentKind::Audio,
+                Some(65_400),
+                Some("voicemail from Ana.wav"),
+                "audio/wav"
+            )
+        ]
+    );
+    assert_eq!(after.len(), before.len());
+    assert_eq!(
+        fs::read(store.attachment_path(&after[1].id).unwrap()).unwrap(),
+        WAV
+    );
+
+    let path = dir.path().join("voicemail.md");
+    store.export_markdown(&chat, &path, str::to_owned).unwrap();
+    let text = fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("![image 1](voicemail_files/")
+            && text.contains("[audio 1 (1:06)](voicemail_files/"),
+        "images and audio are numbered apart: {text}"
+    );
+    let copied = dir
+        .path()
+        .join("voicemail_files")
+        .join(format!("{}.wav", wav.hash));
+    assert_eq!(fs::read(copied).unwrap(), WAV);
+}
+
+#[test]
+fn an_export_that_calls_a_sound_an_image_is_refused() {
+    let (_dir, store) = open();
+    let chat = store.create_conversation("Mislabelled").unwrap().id;
+    let wav = store.store_audio(WAV, "audio/wav", 1_000).unwrap();
+    store
+        .add_message(&chat, Role::User, "hear this", &[(&wav).into()])
+        .unwrap();
+    let mut export = store.export(None).unwrap();
+    store.delete_conversation(&chat).unwrap();
+    export.conversations[0].messages[0].attachments[0].kind = AttachmentKind::Image;
+
+    let err = store.import(&export).unwrap_err();
+
+    assert!(matches!(err, Error::BadExport(_)), "{err}");
+    assert!(store.list_conversations().unwrap().is_empty());
+}
+
+#[test]
+fn an_export_from_before_audio_imports_its_images_as_images() {
+    let (_dir, store) = open();
+    let chat = chat_with_everything(&store);
+    let json = store.export_json(None).unwrap();
+    let mut old: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    for attachment in old["conversations"][0]["messages"][0]["attachments"]
+        .as_array_mut()
+        .unwrap()
+    {
+        let attachment = attachment.as_object_mut().unwrap();
+        assert!(attachment.remove("kind").is_some(), "{attachment:?}");
+    }
+    store.delete_conversation(&chat).unwrap();
+
+    store
+        .import_json(&serde_json::to_vec(&old).unwrap())
+        .unwrap();
+
+    let attachments = &store.get_conversation(&chat).unwrap().messages[0].attachments;
+    assert_eq!(attachments.len(), 2);
+    assert!(attachments.iter().all(|a| a.kind == AttachmentKind::Image));
 }

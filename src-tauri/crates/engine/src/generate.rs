@@ -32,10 +32,16 @@ pub enum GenerateError {
     Batch(String),
     #[error("reading a sampled token: {0}")]
     Token(String),
-    #[error("the prompt has placeholders for {found} images (or rows) but {expected} were given")]
-    ImageCount { expected: usize, found: usize },
+    #[error("the prompt has placeholders for {found} {kind} item(s) (or rows) but {expected} were given")]
+    MediaCount {
+        kind: crate::template::MediaKind,
+        expected: usize,
+        found: usize,
+    },
     #[error("{0}")]
     Image(String),
+    #[error("{0}")]
+    Audio(String),
     /// The answer's grammar cannot be enforced (refused before anything is generated), or
     /// its matcher failed.
     #[error(transparent)]

@@ -1,58 +1,101 @@
-//! Images in a chat: projected vision features cached per image content, and the expansion of
-//! each image's placeholder into its soft-token run.
+//! Media in a chat: projected features (vision or audio tower) cached per content, and the
+//! expansion of each item's placeholder into its soft-token run.
 
-use gemma::{Model, Pixels};
+use gemma::{Mel, Model, Pixels};
 use mlx_rs::Array;
 
+use crate::audio::AudioClip;
 use crate::generate::{GenerateError, Result};
 use crate::image::Preprocessed;
+use crate::template::MediaKind;
 
-/// Projected features of recently seen images, keyed by content hash, so that asking again
-/// about the same picture does not run the vision tower again.
+/// Projected features of recently seen images and audio clips, keyed by content hash, so that
+/// asking again about the same picture or recording does not run its tower again.
 pub struct FeatureCache {
-    entries: Vec<([u8; 32], Array)>,
+    entries: Vec<(MediaKind, [u8; 32], Array)>,
     capacity: usize,
-    tower_runs: usize,
+    vision_runs: usize,
+    audio_runs: usize,
 }
 
 impl FeatureCache {
-    /// A cache holding at most `capacity` images' features.
+    /// A cache holding at most `capacity` items' features.
     pub fn new(capacity: usize) -> Self {
         Self {
             entries: Vec::new(),
             capacity: capacity.max(1),
-            tower_runs: 0,
+            vision_runs: 0,
+            audio_runs: 0,
         }
     }
 
     /// How many times the vision tower actually ran.
     pub fn tower_runs(&self) -> usize {
-        self.tower_runs
+        self.vision_runs
+    }
+
+    /// How many times the audio tower actually ran.
+    pub fn audio_tower_runs(&self) -> usize {
+        self.audio_runs
     }
 
     /// Features `[soft_tokens, hidden]` of `image`, from the cache or computed (and evaluated).
     pub fn features(&mut self, model: &Model, image: &Preprocessed) -> Result<Array> {
-        if let Some(i) = self.entries.iter().position(|(h, _)| *h == image.hash) {
+        self.cached(MediaKind::Image, image.hash, || {
+            let tower = model
+                .vision()
+                .ok_or_else(|| GenerateError::Image("this model has no vision tower".into()))?;
+            let pixels = Pixels {
+                data: &image.pixels,
+                height: image.height,
+                width: image.width,
+            };
+            Ok(tower.encode(&pixels)?)
+        })
+    }
+
+    /// Features `[soft_tokens, hidden]` of one audio clip, from the cache or computed (and
+    /// evaluated).
+    pub fn audio_features(&mut self, model: &Model, clip: &AudioClip) -> Result<Array> {
+        self.cached(MediaKind::Audio, clip.hash, || {
+            let tower = model.audio().ok_or_else(|| {
+                GenerateError::Audio("this model has no audio tower: it cannot listen".into())
+            })?;
+            let mel = Mel {
+                data: &clip.features,
+                frames: clip.frames,
+                valid: &clip.valid,
+            };
+            Ok(tower.encode(&mel, clip.soft_tokens)?)
+        })
+    }
+
+    fn cached(
+        &mut self,
+        kind: MediaKind,
+        hash: [u8; 32],
+        compute: impl FnOnce() -> Result<Array>,
+    ) -> Result<Array> {
+        if let Some(i) = self
+            .entries
+            .iter()
+            .position(|(k, h, _)| *k == kind && *h == hash)
+        {
             let entry = self.entries.remove(i);
-            let features = entry.1.clone();
+            let features = entry.2.clone();
             self.entries.push(entry);
             return Ok(features);
         }
-        let tower = model
-            .vision()
-            .ok_or_else(|| GenerateError::Image("this model has no vision tower".into()))?;
-        let pixels = Pixels {
-            data: &image.pixels,
-            height: image.height,
-            width: image.width,
-        };
-        let features = tower.encode(&pixels)?;
+        let features = compute()?;
         features.eval()?;
-        self.tower_runs += 1;
+        match kind {
+            MediaKind::Image => self.vision_runs += 1,
+            MediaKind::Audio => self.audio_runs += 1,
+        }
         if self.entries.len() == self.capacity {
             self.entries.remove(0);
         }
-        self.entries.push((image.hash, features.clone()));
+        self.entries.push((kind, hash, features.clone()));
         Ok(features)
     }
 }

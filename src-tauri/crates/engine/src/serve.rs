@@ -151,6 +151,7 @@ impl<'m> Batch<'m> {
                     &request.tools,
                     request.thinking,
                     &request.images,
+                    &request.audio,
                 ) else {
                     return true; // (refused with its reason once started)
                 };
@@ -196,6 +197,7 @@ impl<'m> Batch<'m> {
                 &request.tools,
                 request.thinking,
                 &request.images,
+                &request.audio,
             )?;
             let context = request.options.context_window;
             longest = (prompt.ids.len() + request.options.max_tokens).min(context);
@@ -356,7 +358,7 @@ fn forget(running: &Running, id: u64) {
 }
 
 /// Tokens of the request's last message as a new chat would send it: the system messages and
-/// that message, with its images.
+/// that message, with its images and audio clips.
 fn alone_tokens(m: &LoadedModel, request: &ChatRequest) -> Result<usize, EngineError> {
     let Some((last, before)) = request.messages.split_last() else {
         return Ok(0);
@@ -367,14 +369,11 @@ fn alone_tokens(m: &LoadedModel, request: &ChatRequest) -> Result<usize, EngineE
         .cloned()
         .collect();
     messages.push(last.clone());
-    let own = last
-        .content
-        .iter()
-        .filter(|part| matches!(part, Part::Image))
-        .count();
-    let images = &request.images[request.images.len().saturating_sub(own)..];
+    let own = |kind: Part| last.content.iter().filter(|part| **part == kind).count();
+    let images = &request.images[request.images.len().saturating_sub(own(Part::Image))..];
+    let audio = &request.audio[request.audio.len().saturating_sub(own(Part::Audio))..];
     Ok(
-        m.prompt_with_tools(&messages, &request.tools, request.thinking, images)?
+        m.prompt_with_tools(&messages, &request.tools, request.thinking, images, audio)?
             .ids
             .len(),
     )

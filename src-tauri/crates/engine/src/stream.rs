@@ -28,6 +28,7 @@ use crate::speculative::{
     donor_kv, reference_drops, sliding_view, Proposer, Speculation, SpeculativeOptions,
     SpeculativeStats,
 };
+use crate::template::MediaKind;
 
 /// A conversation's model state: the caches and exactly the tokens they hold.
 pub struct Session {
@@ -200,16 +201,18 @@ impl CancelFlag<'_> {
     }
 }
 
-/// The images of a prompt: each run of `token_id` placeholders (in order) is one image, whose
-/// projected features `[run length, hidden]` `features(k)` computes on demand — images wholly
-/// inside the reused prefix are never computed (nor prefilled) again.
-pub struct Images<'a> {
+/// The media of one kind in a prompt (images, or audio clips): each run of `token_id`
+/// placeholders (in order) is one item, whose projected features `[run length, hidden]`
+/// `features(k)` computes on demand — items wholly inside the reused prefix are never computed
+/// (nor prefilled) again.
+pub struct MediaRuns<'a> {
+    pub kind: MediaKind,
     pub token_id: u32,
     pub count: usize,
     pub features: &'a mut dyn FnMut(usize) -> Result<Array>,
 }
 
-/// `(start, length)` of every run of consecutive `token_id`s in `prompt`: one per image.
+/// `(start, length)` of every run of consecutive `token_id`s in `prompt`: one per media item.
 pub fn placeholder_runs(prompt: &[u32], token_id: u32) -> Vec<(usize, usize)> {
     let mut runs: Vec<(usize, usize)> = Vec::new();
     for (i, &t) in prompt.iter().enumerate() {
@@ -298,18 +301,18 @@ pub struct TokenStream<'a> {
 
 impl<'a> TokenStream<'a> {
     /// Reuses the session's cache for the prompt's shared prefix, prefills the rest in chunks
-    /// of `options.prefill_chunk` (binding `images` to their placeholder runs) and samples the
+    /// of `options.prefill_chunk` (binding `media` to their placeholder runs) and samples the
     /// first id. A stop during prefill gives a stream that has ended, `Cancelled`; what was
     /// prefilled stays cached for the next turn.
     pub fn start(
         model: &'a Model,
         session: impl Into<SessionSlot<'a>>,
         prompt: &[u32],
-        images: Option<&mut Images<'_>>,
+        media: &mut [MediaRuns<'_>],
         options: &GenerateOptions,
         cancel: impl Into<CancelFlag<'a>>,
     ) -> Result<Self> {
-        Self::start_reporting(model, session, prompt, images, options, cancel, &mut |_| {})
+        Self::start_reporting(model, session, prompt, media, options, cancel, &mut |_| {})
     }
 
     /// [`Self::start`], telling `on_prefill` how far the prefill has come.
@@ -317,7 +320,7 @@ impl<'a> TokenStream<'a> {
         model: &'a Model,
         session: impl Into<SessionSlot<'a>>,
         prompt: &[u32],
-        images: Option<&mut Images<'_>>,
+        media: &mut [MediaRuns<'_>],
         options: &GenerateOptions,
         cancel: impl Into<CancelFlag<'a>>,
         on_prefill: &mut dyn FnMut(PrefillProgress),
@@ -331,7 +334,7 @@ impl<'a> TokenStream<'a> {
             .into());
         }
         Self::start_constrained(
-            model, session, prompt, images, options, None, cancel, on_prefill,
+            model, session, prompt, media, options, None, cancel, on_prefill,
         )
     }
 
@@ -342,7 +345,7 @@ impl<'a> TokenStream<'a> {
         model: &'a Model,
         session: impl Into<SessionSlot<'a>>,
         prompt: &[u32],
-        images: Option<&mut Images<'_>>,
+        media: &mut [MediaRuns<'_>],
         options: &GenerateOptions,
         constraint: Option<Constraint>,
         cancel: impl Into<CancelFlag<'a>>,
@@ -365,10 +368,10 @@ impl<'a> TokenStream<'a> {
             done: 0,
             total: new.len(),
         });
-        let features = match images {
-            Some(images) => image_rows_to_prefill(prompt, reused, images)?,
-            None => None,
-        };
+        let mut features = Vec::with_capacity(media.len());
+        for runs in media.iter_mut() {
+            features.extend(rows_to_prefill(prompt, reused, runs)?);
+        }
         let media: Vec<MediaFeatures<'_>> = features
             .iter()
             .map(|(id, f)| MediaFeatures {
@@ -1023,16 +1026,18 @@ pub fn eval_with_caches(caches: &[KvCache], out: &Array) -> Result<()> {
     Ok(())
 }
 
-/// Feature rows for the placeholders after the reused prefix, computing only the images needed.
-fn image_rows_to_prefill(
+/// Feature rows for the placeholders of one media kind after the reused prefix, computing only
+/// the items needed.
+fn rows_to_prefill(
     prompt: &[u32],
     reused: usize,
-    images: &mut Images<'_>,
+    media: &mut MediaRuns<'_>,
 ) -> Result<Option<(u32, Array)>> {
-    let runs = placeholder_runs(prompt, images.token_id);
-    if runs.len() != images.count {
-        return Err(GenerateError::ImageCount {
-            expected: images.count,
+    let runs = placeholder_runs(prompt, media.token_id);
+    if runs.len() != media.count {
+        return Err(GenerateError::MediaCount {
+            kind: media.kind,
+            expected: media.count,
             found: runs.len(),
         });
     }
@@ -1042,10 +1047,11 @@ fn image_rows_to_prefill(
         if cached == len {
             continue;
         }
-        let features = (images.features)(k)?;
+        let features = (media.features)(k)?;
         let rows = features.shape().first().copied().unwrap_or(0) as usize;
         if rows != len {
-            return Err(GenerateError::ImageCount {
+            return Err(GenerateError::MediaCount {
+                kind: media.kind,
                 expected: len,
                 found: rows,
             });
@@ -1058,8 +1064,8 @@ fn image_rows_to_prefill(
     }
     Ok(match parts.len() {
         0 => None,
-        1 => parts.pop().map(|f| (images.token_id, f)),
-        _ => Some((images.token_id, concatenate(&parts, 0)?)),
+        1 => parts.pop().map(|f| (media.token_id, f)),
+        _ => Some((media.token_id, concatenate(&parts, 0)?)),
     })
 }
 

@@ -105,17 +105,40 @@ pub enum TemplateError {
         #[source]
         source: JinjaError,
     },
-    /// The prompt holds a different number of image placeholders than images were given.
-    #[error("the prompt has {found} image placeholder(s) but {expected} image(s) were given")]
-    ImageCount {
-        /// Number of images.
+    /// The prompt holds a different number of placeholders of a kind than items were given.
+    #[error("the prompt has {found} {kind} placeholder(s) but {expected} {kind}(s) were given")]
+    MediaCount {
+        /// `image` or `audio`.
+        kind: MediaKind,
+        /// Number of items given.
         expected: usize,
         /// Number of placeholders in the prompt.
         found: usize,
     },
-    /// Images were given to a checkpoint whose config names no image tokens.
-    #[error("this checkpoint takes no images (its config.json has no image_token_id)")]
-    NoImageTokens,
+    /// Media were given to a checkpoint whose config names no tokens for them.
+    #[error("this checkpoint takes no {kind} (its config.json has no {kind}_token_id)")]
+    NoMediaTokens {
+        /// `image` or `audio`.
+        kind: MediaKind,
+    },
+}
+
+/// What a placeholder stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MediaKind {
+    /// A picture: the vision tower's soft tokens.
+    Image,
+    /// A sound clip: the audio tower's soft tokens.
+    Audio,
+}
+
+impl std::fmt::Display for MediaKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Image => "image",
+            Self::Audio => "audio",
+        })
+    }
 }
 
 /// Result of this module.
@@ -135,7 +158,7 @@ pub enum Role {
 }
 
 /// One piece of a message, serialized as HF processors pass content items:
-/// `{"type": "text", "text": …}` and `{"type": "image"}`.
+/// `{"type": "text", "text": …}`, `{"type": "image"}` and `{"type": "audio"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Part {
@@ -146,6 +169,8 @@ pub enum Part {
     },
     /// An image; the template writes its placeholder here.
     Image,
+    /// A sound clip (at most 30 s); the template writes its placeholder here.
+    Audio,
 }
 
 /// One message of a conversation.
@@ -494,6 +519,7 @@ impl ChatTemplate {
                         text: tokenizer.mark_special_text(text, keep)?.into_owned(),
                     },
                     Part::Image => Part::Image,
+                    Part::Audio => Part::Audio,
                 });
             }
             let mut marked = Message::new(message.role, content);
@@ -746,40 +772,46 @@ fn token_string(value: &serde_json::Value) -> Option<String> {
     }
 }
 
-/// Replaces each image placeholder id in `ids` by `begin, placeholder × n, end`, where `n`
-/// is the soft-token count of that image (in order). Fails when the prompt holds a
-/// different number of placeholders than `soft_tokens_per_image` has entries.
-pub fn expand_image_placeholders(
+/// Replaces each placeholder id of `kind` in `ids` by `begin, placeholder × n, end`, where `n`
+/// is the soft-token count of that item (in order). Fails when the prompt holds a different
+/// number of placeholders than `soft_tokens` has entries.
+pub fn expand_placeholders(
     ids: &[u32],
-    soft_tokens_per_image: &[usize],
+    kind: MediaKind,
+    soft_tokens: &[usize],
     special: &SpecialTokens,
 ) -> Result<Vec<u32>> {
-    let Some(image) = special.image else {
-        if soft_tokens_per_image.is_empty() {
+    let tokens = match kind {
+        MediaKind::Image => special.image,
+        MediaKind::Audio => special.audio,
+    };
+    let Some(tokens) = tokens else {
+        if soft_tokens.is_empty() {
             return Ok(ids.to_vec());
         }
-        return Err(TemplateError::NoImageTokens);
+        return Err(TemplateError::NoMediaTokens { kind });
     };
-    let found = ids.iter().filter(|&&id| id == image.placeholder).count();
-    if found != soft_tokens_per_image.len() {
-        return Err(TemplateError::ImageCount {
-            expected: soft_tokens_per_image.len(),
+    let found = ids.iter().filter(|&&id| id == tokens.placeholder).count();
+    if found != soft_tokens.len() {
+        return Err(TemplateError::MediaCount {
+            kind,
+            expected: soft_tokens.len(),
             found,
         });
     }
-    let extra: usize = soft_tokens_per_image.iter().map(|n| n + 1).sum();
+    let extra: usize = soft_tokens.iter().map(|n| n + 1).sum();
     let mut out = Vec::with_capacity(ids.len() + extra);
-    let mut counts = soft_tokens_per_image.iter();
+    let mut counts = soft_tokens.iter();
     for &id in ids {
-        if id != image.placeholder {
+        if id != tokens.placeholder {
             out.push(id);
             continue;
         }
         // The counts agree, so every placeholder has its entry.
         let n = counts.next().copied().unwrap_or(0);
-        out.push(image.begin);
-        out.extend(std::iter::repeat_n(image.placeholder, n));
-        out.push(image.end);
+        out.push(tokens.begin);
+        out.extend(std::iter::repeat_n(tokens.placeholder, n));
+        out.push(tokens.end);
     }
     Ok(out)
 }

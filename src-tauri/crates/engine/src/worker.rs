@@ -10,6 +10,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::audio::AudioClip;
 use crate::constraint::{Constraint, Grammars};
 use crate::generate::{generate, Delta, GenerateError, GenerateOptions, Usage};
 use crate::image::Preprocessed;
@@ -18,8 +19,8 @@ use crate::output::Marker;
 use crate::sampler::SamplerConfig;
 use crate::serve::{Batch, Job, Sessions, DEFAULT_PARALLEL, MAX_PARALLEL};
 use crate::speculative::{Proposer, SpeculativeOptions};
-use crate::stream::{CancelFlag, Images, PrefillProgress, Session, SessionSlot, TokenStream};
-use crate::template::{expand_image_placeholders, ChatTemplate, Message, RenderOptions, Role};
+use crate::stream::{CancelFlag, MediaRuns, PrefillProgress, Session, SessionSlot, TokenStream};
+use crate::template::{expand_placeholders, ChatTemplate, MediaKind, Message, RenderOptions, Role};
 use crate::tokenizer::{SpecialTokens, Tokenizer};
 use gemma::{Drafter, LoadOptions, Model};
 
@@ -46,11 +47,12 @@ pub enum EngineError {
     MessageTooLong { message: usize, context: usize },
 }
 
-/// Projected features of this many recent images stay cached (see [`FeatureCache`]).
-const IMAGE_FEATURES_KEPT: usize = 16;
+/// Projected features of this many recent images and audio clips stay cached (see
+/// [`FeatureCache`]).
+const MEDIA_FEATURES_KEPT: usize = 16;
 
 /// A loaded model folder: weights, tokenizer, template and special ids, and the features of
-/// recently seen images.
+/// recently seen images and audio clips.
 pub struct LoadedModel {
     pub dir: PathBuf,
     pub model: Model,
@@ -65,12 +67,13 @@ pub struct LoadedModel {
     grammars: OnceCell<Grammars>,
 }
 
-/// A conversation ready for generation: its ids, each image placeholder already expanded to its
-/// soft-token run, and the images those runs stand for, in order.
+/// A conversation ready for generation: its ids, each image and audio placeholder already
+/// expanded to its soft-token run, and the images and clips those runs stand for, in order.
 #[derive(Debug, Clone, Default)]
 pub struct Prompt {
     pub ids: Vec<u32>,
     pub images: Vec<Arc<Preprocessed>>,
+    pub audio: Vec<Arc<AudioClip>>,
 }
 
 impl Prompt {
@@ -78,7 +81,7 @@ impl Prompt {
     pub fn from_ids(ids: Vec<u32>) -> Self {
         Self {
             ids,
-            images: Vec::new(),
+            ..Self::default()
         }
     }
 }
@@ -96,7 +99,7 @@ impl LoadedModel {
             tokenizer,
             template,
             specials,
-            features: RefCell::new(FeatureCache::new(IMAGE_FEATURES_KEPT)),
+            features: RefCell::new(FeatureCache::new(MEDIA_FEATURES_KEPT)),
             drafter: None,
             grammars: OnceCell::new(),
         })
@@ -133,24 +136,27 @@ impl LoadedModel {
     /// control-token text that a person, a file or the model wrote inside a message stays text
     /// (see [`ChatTemplate::prompt_ids`]); then each image placeholder the template wrote is
     /// expanded to the soft-token run of its image (`images` in the order of the messages'
-    /// `Part::Image` items).
+    /// `Part::Image` items). Conversations with audio go through [`Self::prompt_with_tools`].
     pub fn prompt(
         &self,
         messages: &[Message],
         thinking: bool,
         images: &[Arc<Preprocessed>],
     ) -> Result<Prompt, EngineError> {
-        self.prompt_with_tools(messages, &[], thinking, images)
+        self.prompt_with_tools(messages, &[], thinking, images, &[])
     }
 
     /// [`Self::prompt`] with `tools` declared to the model (OpenAI's function-tool objects;
-    /// their text is data, as a message's is: see [`ChatTemplate::prompt_ids_with_tools`]).
+    /// their text is data, as a message's is: see [`ChatTemplate::prompt_ids_with_tools`]) and
+    /// `audio` clips (in the order of the messages' `Part::Audio` items), each expanded to its
+    /// soft-token run as images are.
     pub fn prompt_with_tools(
         &self,
         messages: &[Message],
         tools: &[serde_json::Value],
         thinking: bool,
         images: &[Arc<Preprocessed>],
+        audio: &[Arc<AudioClip>],
     ) -> Result<Prompt, EngineError> {
         let options = RenderOptions {
             add_generation_prompt: true,
@@ -160,15 +166,18 @@ impl LoadedModel {
             .template
             .prompt_ids_with_tools(&self.tokenizer, messages, tools, options)?;
         let counts: Vec<usize> = images.iter().map(|i| i.soft_tokens).collect();
+        let ids = expand_placeholders(&ids, MediaKind::Image, &counts, &self.specials)?;
+        let counts: Vec<usize> = audio.iter().map(|c| c.soft_tokens).collect();
         Ok(Prompt {
-            ids: expand_image_placeholders(&ids, &counts, &self.specials)?,
+            ids: expand_placeholders(&ids, MediaKind::Audio, &counts, &self.specials)?,
             images: images.to_vec(),
+            audio: audio.to_vec(),
         })
     }
 
     /// The ids answering `prompt`, one at a time: the session's cache is reused for the shared
-    /// prefix, the rest prefilled with the images bound to their runs (their features computed
-    /// once per image content). `cancel` is read between prefill chunks and between tokens.
+    /// prefix, the rest prefilled with the images and audio clips bound to their runs (their
+    /// features computed once per content). `cancel` is read between prefill chunks and between tokens.
     pub fn token_stream<'a>(
         &'a self,
         session: impl Into<SessionSlot<'a>>,
@@ -199,28 +208,46 @@ impl LoadedModel {
             None => None,
         };
         let model = &self.model;
-        let images = &prompt.images;
-        let mut cache = self.features.borrow_mut();
-        let mut features = |k: usize| -> crate::generate::Result<mlx_rs::Array> {
-            let image = images.get(k).ok_or(GenerateError::ImageCount {
+        let (images, clips) = (&prompt.images, &prompt.audio);
+        let cache = &self.features;
+        let mut image_features = |k: usize| -> crate::generate::Result<mlx_rs::Array> {
+            let image = images.get(k).ok_or(GenerateError::MediaCount {
+                kind: MediaKind::Image,
                 expected: images.len(),
                 found: k + 1,
             })?;
-            cache.features(model, image)
+            cache.borrow_mut().features(model, image)
         };
-        let mut bound = match self.specials.image {
-            Some(tokens) if !images.is_empty() => Some(Images {
+        let mut audio_features = |k: usize| -> crate::generate::Result<mlx_rs::Array> {
+            let clip = clips.get(k).ok_or(GenerateError::MediaCount {
+                kind: MediaKind::Audio,
+                expected: clips.len(),
+                found: k + 1,
+            })?;
+            cache.borrow_mut().audio_features(model, clip)
+        };
+        let mut bound = Vec::with_capacity(2);
+        if let (Some(tokens), false) = (self.specials.image, images.is_empty()) {
+            bound.push(MediaRuns {
+                kind: MediaKind::Image,
                 token_id: tokens.placeholder,
                 count: images.len(),
-                features: &mut features,
-            }),
-            _ => None,
-        };
+                features: &mut image_features,
+            });
+        }
+        if let (Some(tokens), false) = (self.specials.audio, clips.is_empty()) {
+            bound.push(MediaRuns {
+                kind: MediaKind::Audio,
+                token_id: tokens.placeholder,
+                count: clips.len(),
+                features: &mut audio_features,
+            });
+        }
         let mut stream = TokenStream::start_constrained(
             model,
             session,
             &prompt.ids,
-            bound.as_mut(),
+            &mut bound,
             options,
             constraint,
             cancel,
@@ -287,15 +314,20 @@ impl LoadedModel {
         Ok(generate(stream, &self.tokenizer, &self.specials, on_delta)?)
     }
 
-    /// Forgets the cached image features, so that the next question about an image runs the
-    /// vision tower again (the bench times a first question about an image).
+    /// Forgets the cached image and audio features, so that the next question about an image
+    /// or a clip runs its tower again (the bench times a first question about an image).
     pub fn forget_image_features(&self) {
-        *self.features.borrow_mut() = FeatureCache::new(IMAGE_FEATURES_KEPT);
+        *self.features.borrow_mut() = FeatureCache::new(MEDIA_FEATURES_KEPT);
     }
 
     /// How many times the vision tower has run (images asked about again reuse its features).
     pub fn vision_tower_runs(&self) -> usize {
         self.features.borrow().tower_runs()
+    }
+
+    /// How many times the audio tower has run (clips asked about again reuse its features).
+    pub fn audio_tower_runs(&self) -> usize {
+        self.features.borrow().audio_tower_runs()
     }
 
     /// Tokens of the warm-up's first message, from the model's tuning: on a GPU the first use
@@ -353,6 +385,8 @@ impl LoadedModel {
 pub struct ModelInfo {
     /// Whether it has a vision tower (and the tokens to place images in a prompt).
     pub vision: bool,
+    /// Whether it has an audio tower (and the tokens to place audio clips in a prompt).
+    pub audio: bool,
 }
 
 /// A chat turn to answer.
@@ -363,6 +397,8 @@ pub struct ChatRequest {
     pub messages: Vec<Message>,
     /// The images of `messages`, in the order of their `Part::Image` items.
     pub images: Vec<Arc<Preprocessed>>,
+    /// The audio clips of `messages`, in the order of their `Part::Audio` items.
+    pub audio: Vec<Arc<AudioClip>>,
     pub thinking: bool,
     /// Tools declared to the model (OpenAI's function-tool objects); empty: none.
     pub tools: Vec<serde_json::Value>,
@@ -713,6 +749,7 @@ fn run(
                 let result = LoadedModel::load(&dir, &options).map(|m| {
                     let info = ModelInfo {
                         vision: m.model.vision().is_some() && m.specials.image.is_some(),
+                        audio: m.model.audio().is_some() && m.specials.audio.is_some(),
                     };
                     loaded = Some(m);
                     info

@@ -2,7 +2,7 @@
 //! reasons and cancellation through the engine thread.
 
 mod common;
-use common::{fixture, greedy};
+use common::{fixture, greedy, test_image};
 
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::channel;
@@ -161,6 +161,7 @@ fn the_engine_thread_streams_and_stops_when_cancelled() {
         conversation: "c1".into(),
         messages: vec![Message::text(Role::User, "Write forever.")],
         images: Vec::new(),
+        audio: Vec::new(),
         thinking: false,
         tools: Vec::new(),
         // No end-of-turn stop can end it early: the answer only ends by cancellation.
@@ -212,6 +213,7 @@ fn endless_request() -> ChatRequest {
         conversation: "c1".into(),
         messages: vec![Message::text(Role::User, "Write forever.")],
         images: Vec::new(),
+        audio: Vec::new(),
         thinking: false,
         tools: Vec::new(),
         options: GenerateOptions {
@@ -265,17 +267,6 @@ fn switching_models_stops_the_running_answer_and_unloading_leaves_none() {
         } => {}
         other => panic!("after unloading: {other:?}"),
     }
-}
-
-fn test_image() -> std::sync::Arc<engine::image::Preprocessed> {
-    let img = image::RgbImage::from_fn(200, 130, |x, y| {
-        image::Rgb([(x % 256) as u8, (y * 2 % 256) as u8, ((x + y) % 256) as u8])
-    });
-    let mut png = Vec::new();
-    img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
-        .unwrap();
-    let budget = engine::image::SoftTokenBudget::T70;
-    std::sync::Arc::new(engine::image::preprocess_bytes(&png, budget).unwrap())
 }
 
 #[test]
@@ -391,6 +382,7 @@ fn engine_answer(
         conversation: conversation.into(),
         messages,
         images: Vec::new(),
+        audio: Vec::new(),
         thinking: false,
         tools: Vec::new(),
         options: greedy(max_tokens),

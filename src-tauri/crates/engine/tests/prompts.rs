@@ -269,6 +269,7 @@ fn after_a_refused_prompt_the_engine_answers_the_next_one() {
         conversation: conversation.into(),
         messages: vec![Message::text(Role::User, text)],
         images: Vec::new(),
+        audio: Vec::new(),
         thinking: false,
         tools: Vec::new(),
         options: options(4, context_window),
@@ -372,7 +373,13 @@ fn control_token_text_in_a_message_stays_text() {
     assert_eq!(count(&protected, image), 0);
     let decoded = m.tokenizer.decode(&protected, false).unwrap();
     assert!(decoded.contains("What does <|image|> mean?"), "{decoded}");
-    engine::template::expand_image_placeholders(&protected, &[], specials).unwrap();
+    engine::template::expand_placeholders(
+        &protected,
+        engine::template::MediaKind::Image,
+        &[],
+        specials,
+    )
+    .unwrap();
 
     // Turn markers written in a message (or an earlier answer) do not end the turn.
     let injected = [
@@ -471,6 +478,7 @@ fn every_special_token_typed_in_a_message_is_answered_and_stays_text() {
             conversation: format!("special {t}"),
             messages: user(typed(t)),
             images: Vec::new(),
+            audio: Vec::new(),
             thinking: false,
             tools: Vec::new(),
             options: options(2, 4096),

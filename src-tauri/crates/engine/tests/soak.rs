@@ -118,6 +118,7 @@ impl Script {
             conversation: id.clone(),
             messages: messages.clone(),
             images: images.clone(),
+            audio: Vec::new(),
             thinking: false,
             tools: Vec::new(),
             options: GenerateOptions {

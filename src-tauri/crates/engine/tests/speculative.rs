@@ -44,7 +44,7 @@ fn drain(
 ) -> (Vec<u32>, Option<SpeculativeStats>) {
     let cancel = AtomicBool::new(false);
     let mut stream =
-        TokenStream::start(&m.model, session, &prompt.ids, None, options, &cancel).unwrap();
+        TokenStream::start(&m.model, session, &prompt.ids, &mut [], options, &cancel).unwrap();
     if let Some((proposer, spec)) = proposer {
         assert!(stream.speculate(proposer, spec));
     }
@@ -172,7 +172,7 @@ fn the_budget_is_never_exceeded_and_a_full_context_ends_the_answer() {
     let cancel = AtomicBool::new(false);
     let mut session = Session::new(&m.model);
     let mut stream =
-        TokenStream::start(&m.model, &mut session, &p.ids, None, &tight, &cancel).unwrap();
+        TokenStream::start(&m.model, &mut session, &p.ids, &mut [], &tight, &cancel).unwrap();
     assert!(stream.speculate(script(&plain, &[3]), always(4)));
     let usage = generate(stream, &m.tokenizer, &m.specials, |_| {}).unwrap();
     assert_eq!(usage.stop_reason, StopReason::ContextFull);
@@ -192,8 +192,15 @@ fn an_end_of_turn_inside_an_accepted_run_ends_the_answer_there() {
     specials.eos.insert(stop);
     let cancel = AtomicBool::new(false);
     let mut session = Session::new(&m.model);
-    let mut stream =
-        TokenStream::start(&m.model, &mut session, &p.ids, None, &greedy(30), &cancel).unwrap();
+    let mut stream = TokenStream::start(
+        &m.model,
+        &mut session,
+        &p.ids,
+        &mut [],
+        &greedy(30),
+        &cancel,
+    )
+    .unwrap();
     assert!(stream.speculate(script(&plain, &[3]), always(4)));
     let mut seen = Vec::new();
     let usage = generate(stream, &m.tokenizer, &specials, |d| seen.extend(d.token)).unwrap();
@@ -213,8 +220,15 @@ fn a_stop_hands_out_nothing_more_even_from_a_round_already_checked() {
     let (plain, _) = drain(&m, &mut Session::new(&m.model), &p, &greedy(20), None);
     let cancel = AtomicBool::new(false);
     let mut session = Session::new(&m.model);
-    let mut stream =
-        TokenStream::start(&m.model, &mut session, &p.ids, None, &greedy(20), &cancel).unwrap();
+    let mut stream = TokenStream::start(
+        &m.model,
+        &mut session,
+        &p.ids,
+        &mut [],
+        &greedy(20),
+        &cancel,
+    )
+    .unwrap();
     assert!(stream.speculate(script(&plain, &[3]), always(4)));
     // The first id, then a round of four: take two of them and stop.
     let mut got = Vec::new();

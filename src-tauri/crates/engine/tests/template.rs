@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use engine::sampler::SamplerConfig;
 use engine::template::{
-    expand_image_placeholders, ChatTemplate, Message, Part, RenderOptions, Role, TemplateError,
+    expand_placeholders, ChatTemplate, MediaKind, Message, Part, RenderOptions, Role, TemplateError,
 };
 use engine::tokenizer::{SpecialTokens, Tokenizer, TokenizerError};
 use serde_json::{json, Value};
@@ -41,6 +41,7 @@ fn messages(json: &Value) -> Result<Vec<Message>> {
                 .iter()
                 .map(|item| match item["type"].as_str() {
                     Some("image") => Ok(Part::Image),
+                    Some("audio") => Ok(Part::Audio),
                     Some("text") => Ok(Part::Text {
                         text: item["text"].as_str().context("text")?.to_owned(),
                     }),
@@ -97,7 +98,7 @@ fn prompts_tokens_and_image_expansion_match_the_reference() -> Result<()> {
 
         if let Some(counts) = case.get("soft_tokens_per_image") {
             let counts: Vec<usize> = ids(counts).into_iter().map(|n| n as usize).collect();
-            let expanded = expand_image_placeholders(&prompt_ids, &counts, &special)?;
+            let expanded = expand_placeholders(&prompt_ids, MediaKind::Image, &counts, &special)?;
             assert_eq!(expanded, ids(&case["input_ids"]), "{name}: expanded ids");
         }
     }
@@ -213,18 +214,19 @@ fn image_count_mismatch_names_both_counts() -> Result<()> {
     let special = SpecialTokens::load(&tiny(), &tokenizer)?;
     let image = special.image.context("image ids")?;
     let ids = [special.bos, image.placeholder, 7, image.placeholder];
-    match expand_image_placeholders(&ids, &[3], &special) {
-        Err(TemplateError::ImageCount {
+    match expand_placeholders(&ids, MediaKind::Image, &[3], &special) {
+        Err(TemplateError::MediaCount {
+            kind: MediaKind::Image,
             expected: 1,
             found: 2,
         }) => {}
         other => bail!("expected an image count error, got {other:?}"),
     }
-    let expanded = expand_image_placeholders(&ids, &[2, 1], &special)?;
+    let expanded = expand_placeholders(&ids, MediaKind::Image, &[2, 1], &special)?;
     let (p, b, e) = (image.placeholder, image.begin, image.end);
     assert_eq!(expanded, vec![special.bos, b, p, p, e, 7, b, p, e]);
     assert_eq!(
-        expand_image_placeholders(&[1, 2], &[], &special)?,
+        expand_placeholders(&[1, 2], MediaKind::Image, &[], &special)?,
         vec![1, 2]
     );
     Ok(())

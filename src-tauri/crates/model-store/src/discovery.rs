@@ -53,7 +53,7 @@ pub struct ModelCandidate {
     pub context_length: Option<u32>,
     /// The checkpoint has a vision tower.
     pub vision: bool,
-    /// The checkpoint has an audio tower (Gemma Desk does not use it).
+    /// The checkpoint has an audio tower (the model can hear audio clips).
     pub audio: bool,
 }
 

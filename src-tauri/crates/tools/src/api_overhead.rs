@@ -66,6 +66,7 @@ pub fn run(plan: &Plan<'_>) -> Result<Value> {
         id: "bench".into(),
         aliases: Vec::new(),
         vision: info.vision,
+        audio: info.audio,
         context_window,
         sampler: SamplerConfig::load(plan.model)?,
         image_budget: SoftTokenBudget::default(),
@@ -178,6 +179,7 @@ fn direct(engine: &Engine, text: &str, options: &GenerateOptions) -> Result<Timi
         conversation: "bench".into(),
         messages: vec![Message::text(Role::User, text)],
         images: Vec::new(),
+        audio: Vec::new(),
         thinking: false,
         options: options.clone(),
     };

@@ -142,6 +142,7 @@ fn request(conversation: String, text: String, max_tokens: usize) -> ChatRequest
         conversation,
         messages: vec![Message::text(Role::User, text)],
         images: Vec::new(),
+        audio: Vec::new(),
         thinking: false,
         tools: Vec::new(),
         options: GenerateOptions {

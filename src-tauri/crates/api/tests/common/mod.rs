@@ -47,6 +47,7 @@ pub fn served_model() -> ServedModel {
         id: MODEL.into(),
         aliases: vec!["tiny-alias".into()],
         vision: true,
+        audio: true,
         context_window: 4096,
         sampler: SamplerConfig::greedy(),
         image_budget: SoftTokenBudget::T70,

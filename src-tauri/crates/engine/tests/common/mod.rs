@@ -39,8 +39,21 @@ pub fn api_request(text: &str, options: GenerateOptions) -> engine::worker::Chat
             text,
         )],
         images: Vec::new(),
+        audio: Vec::new(),
         thinking: false,
         tools: Vec::new(),
         options,
     }
+}
+
+/// A 200×130 gradient picture, preprocessed at the 70-soft-token budget.
+pub fn test_image() -> std::sync::Arc<engine::image::Preprocessed> {
+    let img = image::RgbImage::from_fn(200, 130, |x, y| {
+        image::Rgb([(x % 256) as u8, (y * 2 % 256) as u8, ((x + y) % 256) as u8])
+    });
+    let mut png = Vec::new();
+    img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .unwrap();
+    let budget = engine::image::SoftTokenBudget::T70;
+    std::sync::Arc::new(engine::image::preprocess_bytes(&png, budget).unwrap())
 }

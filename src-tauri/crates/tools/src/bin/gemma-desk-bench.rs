@@ -137,6 +137,9 @@ struct Plan {
     prefill: Vec<Prefill>,
     decode: Generation,
     image: ImageCase,
+    /// Questions about clips (plans prepared with `--audio`).
+    #[serde(default)]
+    audio: Option<AudioPlan>,
     followup: FollowUp,
     /// Prompt lengths of the prefill curve (prefixes of the decode prompt).
     curve: Vec<usize>,
@@ -161,6 +164,19 @@ struct ImageCase {
     /// Max soft tokens (the processor's default, 280, unless the plan lowers it).
     budget: usize,
     warmup: bool,
+}
+
+#[derive(Deserialize)]
+struct AudioPlan {
+    question: String,
+    clips: Vec<AudioCase>,
+    warmup: bool,
+}
+
+#[derive(Deserialize)]
+struct AudioCase {
+    path: PathBuf,
+    seconds: u32,
 }
 
 #[derive(Deserialize)]
@@ -226,17 +242,52 @@ impl Bench {
             ],
         )];
         let prompt = m.prompt(&messages, false, &[image])?;
-        let mut session = Session::new(&m.model);
+        Ok((self.first_token(&prompt, start)?, prompt.ids.len()))
+    }
+
+    /// Seconds from `start` to the first token answering `prompt` in a new session.
+    fn first_token(&self, prompt: &Prompt, start: Instant) -> Result<f64> {
+        let m = &self.loaded;
         let options = GenerateOptions {
             max_tokens: 1,
             ..self.options.clone()
         };
         let cancel = AtomicBool::new(false);
         let mut first = None;
-        m.generate(&mut session, &prompt, &options, &cancel, |_| {
-            first.get_or_insert_with(|| start.elapsed().as_secs_f64());
-        })?;
-        Ok((first.context("no token was generated")?, prompt.ids.len()))
+        m.generate(
+            &mut Session::new(&m.model),
+            prompt,
+            &options,
+            &cancel,
+            |_| {
+                first.get_or_insert_with(|| start.elapsed().as_secs_f64());
+            },
+        )?;
+        first.context("no token was generated")
+    }
+
+    /// From the request (question text + audio file path) to the first token: decoding, the
+    /// features and the audio tower included (no features cached from an earlier call).
+    /// Returns the time to the first token, the prompt's length and the part of the time spent
+    /// reading and featurizing the file (on the CPU).
+    fn audio_ttft(&self, question: &str, path: &Path) -> Result<(f64, usize, f64)> {
+        let m = &self.loaded;
+        m.forget_image_features();
+        let start = Instant::now();
+        let clips =
+            engine::audio::prepare_path(path, &engine::audio::AudioLimits::default())?.clips;
+        let prepared = start.elapsed().as_secs_f64();
+        let mut parts = vec![Part::Text {
+            text: question.to_owned(),
+        }];
+        parts.extend(clips.iter().map(|_| Part::Audio));
+        let messages = [Message::new(Role::User, parts)];
+        let prompt = m.prompt_with_tools(&messages, &[], false, &[], &clips)?;
+        Ok((
+            self.first_token(&prompt, start)?,
+            prompt.ids.len(),
+            prepared,
+        ))
     }
 
     /// Where a decode step's time goes, per token (median milliseconds): building the graph,
@@ -617,6 +668,12 @@ fn main() -> Result<()> {
     if plan.image.warmup {
         bench.image_ttft(&plan.image)?;
     }
+    if let Some(audio) = plan.audio.as_ref().filter(|a| a.warmup) {
+        // Every clip length once, as the image: one-time kernel work apart.
+        for clip in &audio.clips {
+            bench.audio_ttft(&audio.question, &clip.path)?;
+        }
+    }
 
     let mut prefill = Vec::new();
     for case in &plan.prefill {
@@ -647,6 +704,19 @@ fn main() -> Result<()> {
 
     phase("image");
     let (image_ttft, image_tokens) = bench.image_ttft(&plan.image)?;
+    let mut audio = Vec::new();
+    if let Some(plan_audio) = &plan.audio {
+        for clip in &plan_audio.clips {
+            phase(&format!("audio-{}s", clip.seconds));
+            let (ttft, tokens, prepare) = bench.audio_ttft(&plan_audio.question, &clip.path)?;
+            audio.push(json!({
+                "seconds": clip.seconds,
+                "ttft_s": ttft,
+                "prompt_tokens": tokens,
+                "prepare_s": prepare,
+            }));
+        }
+    }
 
     let f = &plan.followup;
     let mut session = Session::new(&bench.loaded.model);
@@ -688,6 +758,7 @@ fn main() -> Result<()> {
         "decode_graph": graph,
         "prefill_curve": curve,
         "image": { "ttft_s": image_ttft, "prompt_tokens": image_tokens },
+        "audio": audio,
         "followup": {
             "ttft_s": t.times[0],
             "prompt_tokens": turn2.len(),
@@ -738,7 +809,8 @@ fn mtp_bench(bench: &Bench, dir: &Path, plan: &Plan, block: usize) -> Result<ser
         mlx_clear_cache();
         let cancel = AtomicBool::new(false);
         let mut session = Session::new(model);
-        let mut stream = TokenStream::start(model, &mut session, prompt, None, &options, &cancel)?;
+        let mut stream =
+            TokenStream::start(model, &mut session, prompt, &mut [], &options, &cancel)?;
         if let Some((p, o)) = proposer {
             stream.speculate(p, o);
         }

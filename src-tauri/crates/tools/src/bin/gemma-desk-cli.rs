@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::sync::Arc;
 
+use engine::audio::{AudioClip, AudioLimits};
 use engine::generate::{GenerateOptions, StopReason};
 use engine::image::{preprocess_path, SoftTokenBudget};
 use engine::media::FeatureCache;
@@ -70,6 +71,10 @@ struct SamplingArgs {
     /// Soft-token budget per image (70, 140, 280, 560 or 1120).
     #[arg(long, default_value_t = 280)]
     max_soft_tokens: usize,
+    /// Audio files to ask about (repeatable: WAV, MP3, FLAC, OGG/Vorbis, M4A/AAC); they come
+    /// after the prompt text. A recording longer than 30 s is heard as consecutive 30 s clips.
+    #[arg(long)]
+    audio: Vec<PathBuf>,
     /// A Gemma 4 MTP assistant drafter folder: answers are drafted by it and checked by the
     /// model (the same tokens, faster where the device has spare compute).
     #[arg(long)]
@@ -134,6 +139,10 @@ enum Command {
         /// Soft-token budget per image (70, 140, 280, 560 or 1120).
         #[arg(long, default_value_t = 280)]
         max_soft_tokens: usize,
+        /// Audio files whose clips fill the token list's audio placeholder runs (boa,
+        /// n × audio, eoa), in order; a file longer than 30 s fills one run per 30 s clip.
+        #[arg(long)]
+        audio: Vec<PathBuf>,
         /// Quantize the KV cache as the checkpoint's kv_config.json says (OptiQ).
         #[arg(long)]
         kv_quantization: bool,
@@ -210,6 +219,7 @@ fn run(cli: Cli) -> Result<()> {
             prefill,
             image,
             max_soft_tokens,
+            audio,
             kv_quantization,
             out,
         } => logits(
@@ -218,8 +228,8 @@ fn run(cli: Cli) -> Result<()> {
             dtype,
             all_positions,
             prefill,
-            &image,
-            max_soft_tokens,
+            (&image, max_soft_tokens),
+            &audio,
             kv_quantization,
             &out,
         ),
@@ -315,12 +325,15 @@ fn generate_once(
                 .with_context(|| format!("reading {}", p.display()))
         })
         .collect::<Result<Vec<_>>>()?;
+    let clips = audio_clips(&sampling.audio)?;
+    // Images before the text, audio after it: the order mlx-vlm writes them in.
     let mut parts: Vec<Part> = images.iter().map(|_| Part::Image).collect();
     parts.push(Part::Text {
         text: prompt.to_string(),
     });
+    parts.extend(clips.iter().map(|_| Part::Audio));
     messages.push(Message::new(Role::User, parts));
-    let prompt = m.prompt(&messages, sampling.thinking, &images)?;
+    let prompt = m.prompt_with_tools(&messages, &[], sampling.thinking, &images, &clips)?;
     let mut session = Session::new(&m.model);
     let cancel = AtomicBool::new(false);
     let mut out = std::io::stdout().lock();
@@ -495,6 +508,7 @@ fn serve(args: &ServeArgs) -> Result<()> {
         id: ServedModel::id_from_folder_name(&folder),
         aliases: Vec::new(),
         vision: info.vision,
+        audio: info.audio,
         context_window: args.context_length,
         sampler: SamplerConfig::load(&args.model)?,
         image_budget: budget,
@@ -540,33 +554,35 @@ fn logits(
     dtype: Option<DtypeArg>,
     all: bool,
     prefill: Option<usize>,
-    images: &[PathBuf],
-    max_soft_tokens: usize,
+    (images, max_soft_tokens): (&[PathBuf], usize),
+    audio: &[PathBuf],
     kv_quantization: bool,
     out: &Path,
 ) -> Result<()> {
     let model = load(dir, dtype, kv_quantization)?;
-    let features = image_features(&model, images, max_soft_tokens, tokens)?;
-    let image_token = model.config().image_token_id.unwrap_or(u32::MAX);
-    // Media rows for `part`, given how many image tokens came before it.
-    let media_for = |before: usize, part: &[u32]| -> Result<Option<Array>> {
-        let inside = part.iter().filter(|&&t| t == image_token).count();
-        Ok(match &features {
-            Some(f) if inside > 0 => Some(f.index(before as i32..(before + inside) as i32)),
-            _ => None,
-        })
-    };
+    let mut bound: Vec<(u32, Array)> = Vec::new();
+    bound.extend(image_features(&model, images, max_soft_tokens, tokens)?);
+    bound.extend(audio_features(&model, audio, tokens)?);
+    // Teacher-forced forward over `part`, which starts at `start` in `tokens`: each media kind
+    // fills its placeholders in `part` with its next rows.
     let forward = |part: &[u32],
-                   before: usize,
+                   start: usize,
                    caches: &mut [gemma::KvCache],
                    keep: Option<usize>|
      -> Result<Array> {
-        let rows = media_for(before, part)?;
+        let rows: Vec<(u32, Array)> = bound
+            .iter()
+            .filter_map(|(token, features)| {
+                let before = tokens[..start].iter().filter(|&&t| t == *token).count() as i32;
+                let inside = part.iter().filter(|&&t| t == *token).count() as i32;
+                (inside > 0).then(|| (*token, features.index(before..before + inside)))
+            })
+            .collect();
         let media: Vec<MediaFeatures<'_>> = rows
             .iter()
-            .map(|f| MediaFeatures {
-                token_id: image_token,
-                features: f,
+            .map(|(token_id, features)| MediaFeatures {
+                token_id: *token_id,
+                features,
             })
             .collect();
         Ok(model.forward(part, &media, caches, keep)?)
@@ -581,12 +597,10 @@ fn logits(
                 );
             }
             let mut parts = vec![forward(&tokens[..n], 0, &mut caches, None)?];
-            let mut before = tokens[..n].iter().filter(|&&t| t == image_token).count();
-            for token in &tokens[n..] {
-                let row = forward(std::slice::from_ref(token), before, &mut caches, None)?;
+            for (i, token) in tokens.iter().enumerate().skip(n) {
+                let row = forward(std::slice::from_ref(token), i, &mut caches, None)?;
                 row.eval()?;
                 parts.push(row);
-                before += usize::from(*token == image_token);
             }
             mlx_rs::ops::concatenate(&parts, 0)?
         }
@@ -607,7 +621,7 @@ fn image_features(
     images: &[PathBuf],
     budget: usize,
     tokens: &[u32],
-) -> Result<Option<Array>> {
+) -> Result<Option<(u32, Array)>> {
     let image_token = model.config().image_token_id;
     let runs = image_token.map_or(0, |id| placeholder_runs(tokens, id).len());
     if runs != images.len() {
@@ -616,9 +630,9 @@ fn image_features(
             images.len()
         );
     }
-    if images.is_empty() {
+    let (Some(image_token), false) = (image_token, images.is_empty()) else {
         return Ok(None);
-    }
+    };
     let budget = SoftTokenBudget::try_from(budget)?;
     let mut cache = FeatureCache::new(images.len());
     let mut parts = Vec::new();
@@ -629,13 +643,70 @@ fn image_features(
     }
     let features = mlx_rs::ops::concatenate(&parts, 0)?;
     let rows = features.shape()[0] as usize;
-    let found = tokens.iter().filter(|&&t| Some(t) == image_token).count();
+    let found = tokens.iter().filter(|&&t| t == image_token).count();
     if rows != found {
         bail!(
             "the images make {rows} soft tokens but the token list has {found} image placeholders"
         );
     }
-    Ok(Some(features))
+    Ok(Some((image_token, features)))
+}
+
+/// The clips of `files` (in order; a recording over 30 s is several), decoded and featurized.
+/// A recording cut at the clip limit is said on stderr.
+fn audio_clips(files: &[PathBuf]) -> Result<Vec<Arc<AudioClip>>> {
+    let limits = AudioLimits::default();
+    let mut clips = Vec::new();
+    for path in files {
+        let prepared = engine::audio::prepare_path(path, &limits)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if prepared.limit_reached {
+            eprintln!(
+                "note: only the first {:.0} s of {} ({:.0} s) are heard: at most {} clips of 30 s",
+                prepared.kept_seconds,
+                path.display(),
+                prepared.seconds,
+                limits.max_clips
+            );
+        }
+        clips.extend(prepared.clips);
+    }
+    Ok(clips)
+}
+
+/// Features of the clips of `files` for a token list that already holds one audio placeholder
+/// run per clip; a count mismatch is an error naming both counts.
+fn audio_features(
+    model: &Model,
+    files: &[PathBuf],
+    tokens: &[u32],
+) -> Result<Option<(u32, Array)>> {
+    let audio_token = model.config().audio_token_id;
+    let runs = audio_token.map_or_else(Vec::new, |id| placeholder_runs(tokens, id));
+    let clips = audio_clips(files)?;
+    if runs.len() != clips.len() {
+        bail!(
+            "the token list has {} audio placeholder runs but the --audio files make {} clips",
+            runs.len(),
+            clips.len()
+        );
+    }
+    let (Some(audio_token), false) = (audio_token, clips.is_empty()) else {
+        return Ok(None);
+    };
+    let mut cache = FeatureCache::new(clips.len());
+    let mut parts = Vec::new();
+    for (clip, (_, len)) in clips.iter().zip(&runs) {
+        if clip.soft_tokens != *len {
+            bail!(
+                "a clip of {:.2} s makes {} soft tokens but its placeholder run has {len}",
+                clip.seconds,
+                clip.soft_tokens
+            );
+        }
+        parts.push(cache.audio_features(model, clip)?);
+    }
+    Ok(Some((audio_token, mlx_rs::ops::concatenate(&parts, 0)?)))
 }
 
 /// Writes one float32 tensor to a safetensors file.
