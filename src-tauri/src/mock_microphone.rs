@@ -7,7 +7,8 @@
 
 use tauri::WebviewWindow;
 
-/// Set only by tests/e2e (`harness.isolated_env`).
+/// Set only by tests/e2e (`harness.isolated_env`); read on Linux alone.
+#[cfg(target_os = "linux")]
 pub const ENV: &str = "GEMMA_DESK_E2E_MOCK_MICROPHONE";
 
 /// Gives `window` the mock microphone when the e2e harness asks for it.
