@@ -22,8 +22,6 @@ Then greedy generation of 30 tokens with one clip: the same tokens.
 """
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import wave
@@ -35,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import reference  # noqa: E402
 from compare import compare  # noqa: E402
-from run_all import IMAGE_BUDGET, continuation, make_images  # noqa: E402
+from run_all import IMAGE_BUDGET, continuation, greedy_tokens, make_images, run, same_tokens  # noqa: E402
 from safetensors.numpy import load_file  # noqa: E402
 
 DECODE_STEPS = 45
@@ -138,13 +136,6 @@ class Reference:
         return tokens
 
 
-def run(args: list) -> str:
-    result = subprocess.run([str(a) for a in args], capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"command failed ({result.returncode}): {' '.join(map(str, args))}\n{result.stderr}")
-    return result.stdout
-
-
 def check(name: str, ref: Reference, cli: Path, work: Path, clips: list[Path], images: list[Path] = ()) -> bool:
     inputs = ref.inputs(clips, list(images))
     prompt = np.array(inputs["input_ids"]).reshape(-1).tolist()
@@ -168,14 +159,8 @@ def check(name: str, ref: Reference, cli: Path, work: Path, clips: list[Path], i
 
 
 def check_greedy(ref: Reference, cli: Path, clip: Path, count: int = 30) -> bool:
-    expected = ref.greedy(clip, count)
-    lines = run([cli, "generate", "--model", ref.model_dir, "--prompt", QUESTION, "--audio", clip,
-                 "--max-tokens", count, "--temperature", "0", "--dtype", "float32", "--json"]).splitlines()
-    ours = [json.loads(line)["token"] for line in lines if '"token"' in line]
-    same = next((i for i, (a, b) in enumerate(zip(expected, ours)) if a != b), min(len(expected), len(ours)))
-    ok = ours == expected
-    print(f"{'PASS' if ok else 'FAIL'}  {'greedy, one clip':<22} tokens equal for {same}/{len(expected)} steps")
-    return ok
+    ours = greedy_tokens(cli, ref.model_dir, QUESTION, count, "--audio", clip)
+    return same_tokens("greedy, one clip", ref.greedy(clip, count), ours)
 
 
 def main() -> None:

@@ -105,9 +105,18 @@ def check_greedy(name: str, model: Path, cli: Path) -> bool:
     prompt, count = "How do I make bread at home?", 30
     ref = json.loads(run([sys.executable, REFERENCE, "generate", "--model", model, "--prompt", prompt,
                           "--max-tokens", count, "--dtype", "float32"]))["tokens"]
+    return same_tokens(name, ref, greedy_tokens(cli, model, prompt, count))
+
+
+def greedy_tokens(cli: Path, model: Path, prompt: str, count: int, *extra) -> list[int]:
+    """Our greedy float32 answer to `prompt` (`extra`: more `generate` arguments), as token ids."""
     lines = run([cli, "generate", "--model", model, "--prompt", prompt, "--max-tokens", count,
-                 "--temperature", "0", "--dtype", "float32", "--json"]).splitlines()
-    ours = [json.loads(line)["token"] for line in lines if '"token"' in line]
+                 "--temperature", "0", "--dtype", "float32", "--json", *extra]).splitlines()
+    return [json.loads(line)["token"] for line in lines if '"token"' in line]
+
+
+def same_tokens(name: str, ref: list[int], ours: list[int]) -> bool:
+    """Prints how far the two token lists agree; true when they are equal."""
     same = next((i for i, (a, b) in enumerate(zip(ref, ours)) if a != b), min(len(ref), len(ours)))
     ok = ours == ref
     print(f"{'PASS' if ok else 'FAIL'}  {name:<28} greedy tokens equal for {same}/{len(ref)} steps")

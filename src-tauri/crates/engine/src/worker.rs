@@ -316,7 +316,7 @@ impl LoadedModel {
 
     /// Forgets the cached image and audio features, so that the next question about an image
     /// or a clip runs its tower again (the bench times a first question about an image).
-    pub fn forget_image_features(&self) {
+    pub fn forget_media_features(&self) {
         *self.features.borrow_mut() = FeatureCache::new(MEDIA_FEATURES_KEPT);
     }
 

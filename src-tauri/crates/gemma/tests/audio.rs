@@ -4,16 +4,14 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use gemma::config::Config;
 use gemma::{LoadOptions, Mel, Model};
 use mlx_rs::Array;
-use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 
-type Tensors = BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)>;
+use common::Tensors;
 
 fn load(dir: &Path) -> Model {
     Model::load(dir, &LoadOptions::default()).unwrap_or_else(|e| panic!("{e}"))
@@ -34,13 +32,7 @@ fn rewrite_shard_of(dir: &Path, tensor: &str, edit: impl FnOnce(&mut Tensors)) {
         serde_json::from_str(&std::fs::read_to_string(&index_path).unwrap()).unwrap();
     let file = index["weight_map"][tensor].as_str().unwrap().to_string();
     let path = dir.join(&file);
-    let bytes = std::fs::read(&path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut tensors: Tensors = st
-        .tensors()
-        .into_iter()
-        .map(|(n, t)| (n, (t.dtype(), t.shape().to_vec(), t.data().to_vec())))
-        .collect();
+    let mut tensors = common::read_tensors(&path);
     let before: Vec<String> = tensors.keys().cloned().collect();
     edit(&mut tensors);
     let map = index["weight_map"].as_object_mut().unwrap();
@@ -53,12 +45,7 @@ fn rewrite_shard_of(dir: &Path, tensor: &str, edit: impl FnOnce(&mut Tensors)) {
         map.insert(name.clone(), file.clone().into());
     }
     std::fs::write(&index_path, index.to_string()).unwrap();
-    let views: Vec<(String, TensorView)> = tensors
-        .iter()
-        .map(|(n, (d, s, b))| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
-        .collect();
-    let metadata = Some([("format".to_string(), "mlx".to_string())].into());
-    safetensors::serialize_to_file(views, metadata, &path).unwrap();
+    common::write_tensors(&path, &tensors);
 }
 
 /// Random-looking log-mel features of `frames` frames, the last `frames - valid` zero and

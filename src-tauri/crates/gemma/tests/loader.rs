@@ -3,11 +3,9 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use gemma::{LoadOptions, Model};
-use safetensors::tensor::TensorView;
 
 fn load_error(dir: &Path) -> String {
     match Model::load(dir, &LoadOptions::default()) {
@@ -17,26 +15,11 @@ fn load_error(dir: &Path) -> String {
 }
 
 /// Rewrites one safetensors file of `dir` through `edit` (name → (dtype, shape, bytes)).
-fn rewrite(
-    dir: &Path,
-    file: &str,
-    edit: impl FnOnce(&mut BTreeMap<String, (safetensors::Dtype, Vec<usize>, Vec<u8>)>),
-) {
+fn rewrite(dir: &Path, file: &str, edit: impl FnOnce(&mut common::Tensors)) {
     let path = dir.join(file);
-    let bytes = std::fs::read(&path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut tensors: BTreeMap<_, _> = st
-        .tensors()
-        .into_iter()
-        .map(|(n, t)| (n, (t.dtype(), t.shape().to_vec(), t.data().to_vec())))
-        .collect();
+    let mut tensors = common::read_tensors(&path);
     edit(&mut tensors);
-    let views: Vec<(String, TensorView)> = tensors
-        .iter()
-        .map(|(n, (d, s, b))| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
-        .collect();
-    let metadata = Some([("format".to_string(), "mlx".to_string())].into());
-    safetensors::serialize_to_file(views, metadata, &path).unwrap();
+    common::write_tensors(&path, &tensors);
 }
 
 fn first_shard(dir: &Path) -> String {

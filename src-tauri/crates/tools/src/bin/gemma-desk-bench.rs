@@ -228,7 +228,7 @@ impl Bench {
     /// included (no features cached from an earlier call).
     fn image_ttft(&self, case: &ImageCase) -> Result<(f64, usize)> {
         let m = &self.loaded;
-        m.forget_image_features();
+        m.forget_media_features();
         let start = Instant::now();
         let budget = SoftTokenBudget::try_from(case.budget)?;
         let image = Arc::new(preprocess_path(&case.path, budget)?);
@@ -272,7 +272,7 @@ impl Bench {
     /// reading and featurizing the file (on the CPU).
     fn audio_ttft(&self, question: &str, path: &Path) -> Result<(f64, usize, f64)> {
         let m = &self.loaded;
-        m.forget_image_features();
+        m.forget_media_features();
         let start = Instant::now();
         let clips =
             engine::audio::prepare_path(path, &engine::audio::AudioLimits::default())?.clips;
