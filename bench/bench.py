@@ -202,6 +202,9 @@ def main(argv: list[str] | None = None) -> None:
                    help="also time questions about a 10 s and a 30 s clip (the model needs an audio tower)")
     p.add_argument("--ours", type=Path, default=ROOT / "target/release/gemma-desk-bench")
     p.add_argument("--ours-arg", action="append", default=[], help="extra argument for our worker")
+    p.add_argument("--ab", default="",
+                   help="also run ours with these extra arguments (e.g. '--eager-decode') in every "
+                        "repetition: its decode, step profile and primitives are reported beside ours")
     p.add_argument("--ref-dtype", choices=["float32", "bfloat16"],
                    help="cast mlx-vlm's float parameters after loading (default: as loaded)")
     p.add_argument("--python", default=sys.executable, help="Python with mlx-vlm")
@@ -235,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
         "ref": [args.python, str(REFERENCE), "run", "--plan", str(plan),
                 *(["--dtype", args.ref_dtype] if args.ref_dtype else [])],
     }
+    if args.ab:
+        engines["ab"] = [*engines["ours"], *args.ab.split()]
     host = machine()
     print(f"machine: {host}", file=sys.stderr)
     print(f"plan: {json.dumps(sizes)}; raw output in {raw}", file=sys.stderr)
@@ -242,14 +247,14 @@ def main(argv: list[str] | None = None) -> None:
         for name, command in engines.items():
             print(f"warm-up: {name}", file=sys.stderr)
             run_worker(command, raw, f"warmup-{name}", name)
-    runs: dict[str, list[dict]] = {"ours": [], "ref": []}
+    runs: dict[str, list[dict]] = {name: [] for name in engines}
     longest = 0.0
     for rep in range(args.reps):
         began = time.time()
         if rep > 0 and args.deadline is not None and began + longest > args.deadline:
             print(f"deadline: stopping after {rep} of {args.reps} repetitions", file=sys.stderr)
             break
-        order = ["ours", "ref"] if rep % 2 == 0 else ["ref", "ours"]
+        order = list(engines) if rep % 2 == 0 else list(reversed(engines))
         for name in order:
             evict(args.model)
             result = run_worker(engines[name], raw, f"rep{rep}-{name}", name)
@@ -286,6 +291,13 @@ def main(argv: list[str] | None = None) -> None:
         f"- decode step, ms per token (build graph / dispatch / wait for the device / total): "
         f"ours {profile('ours')}, mlx-vlm {profile('ref')}\n"
     )
+    if args.ab:
+        decode = lambda name: statistics.median(metrics(r)["decode"] for r in runs[name])  # noqa: E731
+        header += (
+            f"- A/B, ours with `{args.ab}` in the same repetitions: decode {decode('ab'):.1f} tok/s against ours "
+            f"{decode('ours'):.1f} (ours / that {decode('ours') / decode('ab'):.2f}x); its decode step "
+            f"{profile('ab')} ms; {graph('ab')} primitives per step\n"
+        )
     warm_ups = [r["warm_up_s"] for r in runs["ours"] if r.get("warm_up_s") is not None]
     if warm_ups:
         header += (

@@ -218,7 +218,7 @@ impl<'m> Batch<'m> {
                 });
                 // Between two chunks, the answers already running take a step.
                 if p.done > 0 && p.done < p.total {
-                    step(rows, markers, sessions, running);
+                    step(rows, markers, sessions, running, &m.model);
                 }
             };
             let mut stream = m.token_stream_reporting(
@@ -266,11 +266,13 @@ impl<'m> Batch<'m> {
     /// One step of every answer running; those that end send their last events and give
     /// their session back.
     pub fn step(&mut self, sessions: &mut Sessions) {
-        step(&mut self.rows, &self.markers, sessions, &self.running);
-        if self.rows.len() < 2 {
-            // No rows step together any more: their shared buffers can go.
-            self.m.model.release_rows();
-        }
+        step(
+            &mut self.rows,
+            &self.markers,
+            sessions,
+            &self.running,
+            &self.m.model,
+        );
     }
 }
 
@@ -279,6 +281,7 @@ fn step<'m>(
     markers: &Markers,
     sessions: &mut Sessions,
     running: &Running,
+    model: &gemma::Model,
 ) {
     if rows.is_empty() {
         return;
@@ -308,31 +311,35 @@ fn step<'m>(
             Err(error) => ended.push((k, Err(error))),
         }
     }
+    // The ended answers' sessions are kept (and, once no answer runs, the rows' buffers let
+    // go) before their last events are sent: whoever hears "done" finds the memory free.
+    let mut last_events = Vec::with_capacity(ended.len());
     for (k, outcome) in ended.into_iter().rev() {
         let Row {
             id,
             conversation,
             stream,
             answer,
-            mut events,
+            events,
             mut count,
             mut ids,
             ..
         } = rows.remove(k);
         let finished = outcome.and_then(|stop| Ok(answer.finish(stop, &stream)?));
+        let mut sent = Vec::with_capacity(2);
         match finished {
             Ok((rest, usage)) => {
                 if let Some(rest) = rest {
                     count += 1;
                     ids.extend(rest.token);
-                    events(Event::Delta {
+                    sent.push(Event::Delta {
                         generation_id: id,
                         delta: rest.text,
                         token_count: count,
                         marker: None,
                     });
                 }
-                events(Event::Done {
+                sent.push(Event::Done {
                     generation_id: id,
                     usage,
                     ids,
@@ -342,10 +349,21 @@ fn step<'m>(
                 }
             }
             // (The session is dropped: its caches may hold half a step.)
-            Err(error) => events(Event::Error {
+            Err(error) => sent.push(Event::Error {
                 generation_id: id,
                 error,
             }),
+        }
+        last_events.push((id, events, sent));
+    }
+    if rows.is_empty() {
+        // No answer runs any more: the rows' buffers can go (a lone answer steps over them
+        // too when its decode step is compiled, `Tuning::compiled_decode`).
+        model.release_rows();
+    }
+    for (id, mut events, sent) in last_events {
+        for event in sent {
+            events(event);
         }
         forget(running, id);
     }

@@ -477,9 +477,7 @@ impl<'a> TokenStream<'a> {
         let built = Instant::now();
         let mut dispatched = built;
         if !last {
-            let logits =
-                self.model
-                    .forward_array(&y.reshape(&[1])?, &mut self.session.caches, None)?;
+            let logits = self.model.decode(&y, &mut self.session.caches)?;
             self.remember(&y)?;
             let next = self.sampler.sample(&logits, &self.history())?;
             dispatched = Instant::now();
@@ -516,9 +514,7 @@ impl<'a> TokenStream<'a> {
         let logits = if last {
             None
         } else {
-            let logits =
-                self.model
-                    .forward_array(&y.reshape(&[1])?, &mut self.session.caches, None)?;
+            let logits = self.model.decode(&y, &mut self.session.caches)?;
             async_eval([&logits])?;
             Some(logits)
         };
@@ -672,9 +668,7 @@ impl<'a> TokenStream<'a> {
         let handed_out = self.produced; // the ready ids count as handed out
         if handed_out < self.limit {
             let y = Array::from_slice(&[bonus], &[1]);
-            let logits = self
-                .model
-                .forward_array(&y, &mut self.session.caches, None)?;
+            let logits = self.model.decode(&y, &mut self.session.caches)?;
             let next = self.sampler.sample(&logits, &self.history())?;
             async_eval([&next])?;
             self.session.tokens.push(bonus);

@@ -3,6 +3,7 @@
 pub mod attention;
 pub mod audio;
 pub mod cache;
+pub mod compiled;
 pub mod config;
 mod decoder;
 pub mod drafter;

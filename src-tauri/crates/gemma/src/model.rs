@@ -1,7 +1,8 @@
 //! Loading a model folder into a runnable model.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use mlx_rs::transforms::eval;
 use mlx_rs::{Array, Dtype, Stream};
@@ -29,11 +30,16 @@ pub struct LoadOptions {
     pub tuning: Tuning,
 }
 
+/// The source of [`Model`]'s ids.
+static LOADS: AtomicU64 = AtomicU64::new(1);
+
 /// A loaded Gemma 4 model.
 pub struct Model {
     config: Config,
     table: Vec<LayerSpec>,
-    text: TextModel,
+    text: Arc<TextModel>,
+    /// This load's identity (for its compiled decode step, `compiled.rs`).
+    id: u64,
     vision: Option<VisionTower>,
     audio: Option<AudioTower>,
     tuning: Tuning,
@@ -94,7 +100,8 @@ impl Model {
         Ok(Self {
             config,
             table,
-            text,
+            text: Arc::new(text),
+            id: LOADS.fetch_add(1, Ordering::Relaxed),
             vision,
             audio,
             tuning: options.tuning,
@@ -231,7 +238,8 @@ impl Model {
     /// sums differently (the last bits). Caches stored quantized step per row, each over its
     /// own caches, as alone.
     pub fn forward_rows(&self, ids: &Array, caches: &mut [&mut [KvCache]]) -> Result<Array> {
-        if caches.len() < 2 || !self.tuning.batched_rows {
+        let compiled = self.tuning.compiled_decode;
+        if !self.tuning.batched_rows || (caches.len() < 2 && !compiled) {
             return self.text.forward_rows(ids, caches, None, &self.tuning);
         }
         let mut kept = self.rows.lock().unwrap_or_else(|e| e.into_inner());
@@ -239,13 +247,28 @@ impl Model {
             *kept = None; // (the old buffers go before the new ones are made)
             *kept = RowsKv::gather(caches)?;
         }
-        let result = self
-            .text
-            .forward_rows(ids, caches, kept.as_mut(), &self.tuning);
+        let result = match kept.as_mut() {
+            Some(kv) if compiled => {
+                crate::compiled::step(self.id, &self.text, kv, ids, caches, &self.tuning)
+            }
+            kv => self.text.forward_rows(ids, caches, kv, &self.tuning),
+        };
         if result.is_err() {
             *kept = None;
         }
         result
+    }
+
+    /// One plain decode step of one sequence: `id` (`[1]`, device-resident, in range, not a
+    /// media placeholder) fed forward after `caches`; logits `[1, vocab]`. With
+    /// `Tuning::compiled_decode` it runs as a row of [`Self::forward_rows`] (the compiled
+    /// step over the rows' buffers, which the caches then view), else as
+    /// [`Self::forward_array`]; the logits are the same up to the float sums' order.
+    pub fn decode(&self, id: &Array, caches: &mut [KvCache]) -> Result<Array> {
+        if self.tuning.compiled_decode && self.tuning.batched_rows {
+            return self.forward_rows(&id.reshape(&[1])?, &mut [caches]);
+        }
+        self.forward_array(id, caches, None)
     }
 
     /// Lets go of the buffers of the rows last stepped together (see [`Self::forward_rows`]);
@@ -290,6 +313,12 @@ impl Model {
     ) -> Result<Array> {
         self.text
             .forward(ids, &[], caches, keep, false, &self.tuning)
+    }
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        crate::compiled::forget(self.id);
     }
 }
 

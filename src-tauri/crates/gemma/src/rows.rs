@@ -66,10 +66,9 @@ pub(crate) struct RowsKv {
 pub(crate) struct KindStep {
     /// `[rows, 1, capacity, 1]`: true at each row's new position.
     write: Array,
-    /// Buffer indices attended: `lo..hi`.
-    lo: i32,
-    hi: i32,
-    /// `[rows, 1, 1, hi − lo]`: the keys each row sees.
+    /// Buffer indices attended (`None`: all of them).
+    range: Option<(i32, i32)>,
+    /// `[rows, 1, 1, attended]`: the keys each row sees.
     pub mask: Array,
 }
 
@@ -80,6 +79,26 @@ pub(crate) struct RowsStep {
 }
 
 impl RowsStep {
+    /// The geometry of a compiled step, from arrays alone: every row writes at `positions`
+    /// (`[rows]` int32) and each kind of layer attends its whole buffers (`bases`: the
+    /// absolute position of index 0, `[2]` int32, full then sliding; `capacities` likewise),
+    /// each row masked to the positions it sees.
+    pub fn whole(
+        positions: &Array,
+        bases: &Array,
+        capacities: [usize; 2],
+        window: Option<usize>,
+    ) -> Result<Self> {
+        let kind = |k: i32, capacity: usize, window| -> Result<KindStep> {
+            let index = arange::<i32, i32>(0, capacity as i32, None)?.add(bases.index(k))?;
+            geometry(&index, positions, None, window)
+        };
+        Ok(Self {
+            full: kind(0, capacities[0], None)?,
+            sliding: kind(1, capacities[1], window)?,
+        })
+    }
+
     pub fn of(&self, kind: AttentionKind) -> &KindStep {
         match kind {
             AttentionKind::Full => &self.full,
@@ -95,6 +114,16 @@ pub(crate) enum BatchedKv<'a> {
 }
 
 impl LayerRows {
+    /// A layer's buffers as arrays of a compiled step.
+    pub fn of(keys: Array, values: Array, kind: AttentionKind) -> Self {
+        Self { keys, values, kind }
+    }
+
+    /// The buffers (after a step: with its rows' new keys and values).
+    pub fn into_arrays(self) -> (Array, Array) {
+        (self.keys, self.values)
+    }
+
     /// Writes each row's new keys and values (`[rows, kv_heads, 1, d]`) at its position and
     /// returns the range of the buffers the step attends.
     pub fn write_and_fetch(
@@ -105,9 +134,21 @@ impl LayerRows {
     ) -> Result<(Array, Array)> {
         self.keys = mlx_rs::ops::select(&step.write, keys, &self.keys)?;
         self.values = mlx_rs::ops::select(&step.write, values, &self.values)?;
-        let range = |a: &Array| a.index((.., .., step.lo..step.hi, ..));
+        let Some((lo, hi)) = step.range else {
+            return Ok((self.keys.clone(), self.values.clone()));
+        };
+        let range = |a: &Array| a.index((.., .., lo..hi, ..));
         Ok((range(&self.keys), range(&self.values)))
     }
+}
+
+/// Each row's position (the position of its next token) as `[rows]` int32.
+pub(crate) fn row_positions(caches: &[&mut [KvCache]]) -> Array {
+    let positions: Vec<i32> = caches
+        .iter()
+        .map(|c| c.first().map_or(0, |c| c.offset() as i32))
+        .collect();
+    Array::from_slice(&positions, &[positions.len() as i32])
 }
 
 fn round_up(n: usize) -> usize {
@@ -216,12 +257,12 @@ impl RowsKv {
         self.held[row].min(keep) + 1
     }
 
-    /// Makes room for one more position of every row and returns the step's geometry;
-    /// `positions` is each row's new position as `[rows]` int32.
-    pub fn begin(&mut self, positions: &Array) -> Result<RowsStep> {
+    /// Makes room for one more position of every row: a sliding buffer drops what no row's
+    /// cache holds any longer and a buffer that is full grows, a chunk at a time (so that the
+    /// buffers' shapes change only every [`CHUNK`] steps).
+    fn make_room(&mut self) -> Result<()> {
         let n = self.offsets.len();
         let last = self.offsets.iter().copied().max().unwrap_or(0);
-        // A sliding buffer drops what no row's cache holds any longer, a chunk at a time.
         let first_held = (0..n)
             .map(|r| self.offsets[r] + 1 - self.held_after(r))
             .min()
@@ -252,6 +293,15 @@ impl RowsKv {
                 span.capacity = grown;
             }
         }
+        Ok(())
+    }
+
+    /// Makes room for one more position of every row and returns the step's geometry;
+    /// `positions` is each row's new position as `[rows]` int32. Each kind of layer attends
+    /// only the range of its buffers some row sees.
+    pub fn begin(&mut self, positions: &Array) -> Result<RowsStep> {
+        self.make_room()?;
+        let last = self.offsets.iter().copied().max().unwrap_or(0);
         let first_seen = self
             .offsets
             .iter()
@@ -265,9 +315,55 @@ impl RowsKv {
         })
     }
 
-    /// Cache slot `slot`'s buffers, for its layer's attention in a step.
-    pub fn layer_mut(&mut self, slot: usize) -> Option<&mut LayerRows> {
-        self.layers.get_mut(slot)
+    /// Makes room for one more position of every row and returns what a compiled step takes
+    /// besides the ids: `[full base, sliding base]` (`[2]` int32, the absolute position at
+    /// index 0 of each kind's buffers) and every buffer, keys then values per slot. The
+    /// step's geometry is then made from arrays alone ([`RowsStep::whole`]): its shapes
+    /// change only when the buffers grow.
+    pub fn begin_compiled(&mut self) -> Result<(Array, Vec<Array>)> {
+        self.make_room()?;
+        let bases = [self.full.base as i32, self.sliding.base as i32];
+        let buffers = self
+            .layers
+            .iter()
+            .flat_map(|l| [l.keys.clone(), l.values.clone()])
+            .collect();
+        Ok((Array::from_slice(&bases, &[2]), buffers))
+    }
+
+    /// The kinds of the cache-owning layers, in slot order.
+    pub fn kinds(&self) -> Vec<AttentionKind> {
+        self.layers.iter().map(|l| l.kind).collect()
+    }
+
+    /// The sliding layers' window.
+    pub fn window(&self) -> Option<usize> {
+        self.window
+    }
+
+    /// Takes a compiled step's buffers (keys then values per slot, as
+    /// [`Self::begin_compiled`] gave them).
+    pub fn set_buffers(&mut self, buffers: Vec<Array>) -> Result<()> {
+        if buffers.len() != 2 * self.layers.len() {
+            return Err(Error::Input(format!(
+                "{} buffers for {} cache-owning layers",
+                buffers.len(),
+                self.layers.len()
+            )));
+        }
+        let mut buffers = buffers.into_iter();
+        for layer in self.layers.iter_mut() {
+            if let (Some(k), Some(v)) = (buffers.next(), buffers.next()) {
+                layer.keys = k;
+                layer.values = v;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every cache-owning layer's buffers, in slot order, for a step.
+    pub fn layers_mut(&mut self) -> &mut [LayerRows] {
+        &mut self.layers
     }
 
     /// After a step: sets every row's caches to its part of the buffers, stamped so that the
@@ -330,19 +426,30 @@ fn kind_step(
             span.base + span.capacity
         )));
     }
-    let rows = positions.reshape(&[-1, 1, 1, 1])?;
     let index = arange::<i32, i32>(span.base as i32, (span.base + span.capacity) as i32, None)?;
+    let range = ((first - span.base) as i32, (end - span.base) as i32);
+    geometry(&index, positions, Some(range), window)
+}
+
+/// Where each row writes (`index`: the absolute position of each buffer index, `[capacity]`)
+/// and, over the buffer indices `range` (all when `None`), the keys each row sees: its own
+/// positions up to its new one (in a sliding layer, only its last `window`).
+fn geometry(
+    index: &Array,
+    positions: &Array,
+    range: Option<(i32, i32)>,
+    window: Option<usize>,
+) -> Result<KindStep> {
+    let rows = positions.reshape(&[-1, 1, 1, 1])?;
     let write = index.reshape(&[1, 1, -1, 1])?.eq(&rows)?;
-    let (lo, hi) = ((first - span.base) as i32, (end - span.base) as i32);
-    let seen = arange::<i32, i32>(first as i32, end as i32, None)?.reshape(&[1, 1, 1, -1])?;
+    let seen = match range {
+        Some((lo, hi)) => index.index(lo..hi),
+        None => index.clone(),
+    }
+    .reshape(&[1, 1, 1, -1])?;
     let mut mask = seen.le(&rows)?;
     if let Some(w) = window {
         mask = mask.logical_and(&seen.add(Array::from_int(w as i32))?.gt(&rows)?)?;
     }
-    Ok(KindStep {
-        write,
-        lo,
-        hi,
-        mask,
-    })
+    Ok(KindStep { write, range, mask })
 }

@@ -7,7 +7,7 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{arange, cumsum, maximum, select};
 use mlx_rs::{Array, Dtype};
 
-use crate::attention::{KvInput, Produced, Row, Rows};
+use crate::attention::{Attended, KvInput, Produced, Row, Rows};
 use crate::cache::KvCache;
 use crate::config::{AttentionKind, Config, TextConfig};
 use crate::decoder::DecoderLayer;
@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::fused::softcap;
 use crate::layers::{KvSource, LayerSpec};
 use crate::quant::{Embedding, Linear};
-use crate::rows::{BatchedKv, RowsKv};
+use crate::rows::{row_positions, BatchedKv, LayerRows, RowsKv, RowsStep};
 use crate::tuning::Tuning;
 use crate::weights::Weights;
 
@@ -340,82 +340,55 @@ impl TextModel {
                 ids.size()
             )));
         }
-        let hidden = self.config.hidden_size as i32;
-        // One position per sequence (`[n, 1, hidden]`): each row is multiplied as alone.
-        let h = self.embed(ids, &[])?.reshape(&[n as i32, 1, hidden])?;
-        // Per-layer inputs `[1, n, layers, width]` → one position per row.
-        let per_layer_inputs = self
-            .per_layer_inputs(ids, &h, false, tuning)?
-            .map(|p| {
-                let shape = p.shape();
-                p.reshape(&[n as i32, 1, shape[2], shape[3]])
-            })
-            .transpose()?;
-        let mut h = h;
         let offsets: Vec<usize> = caches
             .iter()
             .map(|c| c.first().map(|c| c.offset()).unwrap_or(0))
             .collect();
         // Each row's position for RoPE, uploaded once for every layer of this step.
-        let positions: Vec<i32> = offsets.iter().map(|&o| o as i32).collect();
-        let positions = Array::from_slice(&positions, &[n as i32]);
-        let mut batched = batched;
-        let step = match batched.as_deref_mut() {
-            Some(kv) => Some(kv.begin(&positions)?),
-            None => None,
-        };
-        let mut produced: Vec<Option<Produced>> = vec![None; self.layers.len()];
+        let positions = row_positions(caches);
+        if let Some(kv) = batched {
+            let step = kv.begin(&positions)?;
+            let logits = self.forward_buffers(ids, &positions, &step, kv.layers_mut(), tuning)?;
+            kv.finish(caches)?;
+            return Ok(logits);
+        }
+        let (mut h, per_layer_inputs) = self.decode_inputs(ids, tuning)?;
+        let mut produced: Vec<Option<Vec<Attended>>> = vec![None; self.layers.len()];
         let mut cache_slot = 0;
         for (i, layer) in self.layers.iter().enumerate() {
-            let missing = || Error::Input(format!("layer {i} has no K/V for every row"));
             let rows = match layer.spec.kv {
                 KvSource::Own { .. } => {
                     let slot = cache_slot;
                     cache_slot += 1;
-                    match (batched.as_deref_mut(), &step) {
-                        (Some(kv), Some(step)) => Rows::Batched {
-                            kv: BatchedKv::Own(kv.layer_mut(slot).ok_or_else(missing)?),
-                            step: step.of(layer.spec.kind),
-                            positions: &positions,
-                        },
-                        _ => Rows::Each(
-                            caches
-                                .iter_mut()
-                                .zip(&offsets)
-                                .map(|(c, &offset)| {
-                                    let cache = c.get_mut(slot).ok_or_else(|| {
-                                        Error::Input("too few caches for this model".into())
-                                    })?;
-                                    Ok(Row {
-                                        kv: KvInput::Own(cache),
-                                        offset,
-                                    })
-                                })
-                                .collect::<Result<_>>()?,
-                        ),
-                    }
-                }
-                KvSource::Shared { producer } => match (&produced[producer], &step) {
-                    (Some(Produced::Batched(kv)), Some(step)) => Rows::Batched {
-                        kv: BatchedKv::Shared(kv.clone()),
-                        step: step.of(layer.spec.kind),
-                        positions: &positions,
-                    },
-                    (Some(Produced::Each(kvs)), None) if kvs.len() == n => Rows::Each(
-                        kvs.iter()
-                            .zip(&offsets)
-                            .map(|(kv, &offset)| {
-                                let kv = kv.clone().ok_or_else(|| {
-                                    Error::Input(format!("layer {producer} produced no K/V"))
-                                })?;
-                                Ok(Row {
-                                    kv: KvInput::Shared(kv),
-                                    offset,
-                                })
+                    caches
+                        .iter_mut()
+                        .zip(&offsets)
+                        .map(|(c, &offset)| {
+                            let cache = c.get_mut(slot).ok_or_else(|| {
+                                Error::Input("too few caches for this model".into())
+                            })?;
+                            Ok(Row {
+                                kv: KvInput::Own(cache),
+                                offset,
                             })
-                            .collect::<Result<_>>()?,
-                    ),
-                    _ => return Err(missing()),
+                        })
+                        .collect::<Result<_>>()?
+                }
+                KvSource::Shared { producer } => match &produced[producer] {
+                    Some(kvs) if kvs.len() == n => kvs
+                        .iter()
+                        .zip(&offsets)
+                        .map(|(kv, &offset)| {
+                            let kv = kv.clone().ok_or_else(|| {
+                                Error::Input(format!("layer {producer} produced no K/V"))
+                            })?;
+                            Ok(Row {
+                                kv: KvInput::Shared(kv),
+                                offset,
+                            })
+                        })
+                        .collect::<Result<_>>()?,
+                    _ => return Err(Error::Input(format!("layer {i} has no K/V for every row"))),
                 },
             };
             let per_layer_input = per_layer_inputs
@@ -424,18 +397,92 @@ impl TextModel {
             let (out, kv) = layer.forward_rows(
                 &h,
                 None,
-                rows,
+                Rows::Each(rows),
                 Some(&positions),
                 per_layer_input.as_ref(),
                 tuning,
             )?;
             h = out;
-            produced[i] = Some(kv);
+            produced[i] = match kv {
+                Produced::Each(kvs) => Some(kvs),
+                Produced::Batched(_) => None,
+            };
         }
-        if let Some(kv) = batched {
-            kv.finish(caches)?;
+        self.rows_logits(&h, n, tuning)
+    }
+
+    /// One decode step of the rows whose keys and values are `buffers` (one per cache-owning
+    /// layer, in slot order; each row's new K/V is written into them), at `positions`
+    /// (`[n]` int32) with `step`'s geometry: `[n, vocab]`. Made of arrays alone, so that it
+    /// can be compiled ([`crate::compiled`]).
+    pub(crate) fn forward_buffers(
+        &self,
+        ids: &Array,
+        positions: &Array,
+        step: &RowsStep,
+        buffers: &mut [LayerRows],
+        tuning: &Tuning,
+    ) -> Result<Array> {
+        let n = ids.size();
+        let (mut h, per_layer_inputs) = self.decode_inputs(ids, tuning)?;
+        let mut produced: Vec<Option<(Array, Array)>> = vec![None; self.layers.len()];
+        let mut buffers = buffers.iter_mut();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let kv =
+                match layer.spec.kv {
+                    KvSource::Own { .. } => BatchedKv::Own(buffers.next().ok_or_else(|| {
+                        Error::Input("too few cache buffers for this model".into())
+                    })?),
+                    KvSource::Shared { producer } => {
+                        BatchedKv::Shared(produced[producer].clone().ok_or_else(|| {
+                            Error::Input(format!("layer {producer} produced no K/V"))
+                        })?)
+                    }
+                };
+            let rows = Rows::Batched {
+                kv,
+                step: step.of(layer.spec.kind),
+                positions,
+            };
+            let per_layer_input = per_layer_inputs
+                .as_ref()
+                .map(|inputs| inputs.index((.., .., i as i32, ..)));
+            let (out, kv) = layer.forward_rows(
+                &h,
+                None,
+                rows,
+                Some(positions),
+                per_layer_input.as_ref(),
+                tuning,
+            )?;
+            h = out;
+            produced[i] = match kv {
+                Produced::Batched(kv) => Some(kv),
+                Produced::Each(_) => None,
+            };
         }
-        let h = fast::rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?;
+        self.rows_logits(&h, n, tuning)
+    }
+
+    /// A decode step's input: each row's token embedding `[n, 1, hidden]` and per-layer
+    /// inputs `[n, 1, layers, width]` (one position per row: each row is multiplied as alone).
+    fn decode_inputs(&self, ids: &Array, tuning: &Tuning) -> Result<(Array, Option<Array>)> {
+        let n = ids.size() as i32;
+        let hidden = self.config.hidden_size as i32;
+        let h = self.embed(ids, &[])?.reshape(&[n, 1, hidden])?;
+        let per_layer_inputs = self
+            .per_layer_inputs(ids, &h, false, tuning)?
+            .map(|p| {
+                let shape = p.shape();
+                p.reshape(&[n, 1, shape[2], shape[3]])
+            })
+            .transpose()?;
+        Ok((h, per_layer_inputs))
+    }
+
+    /// The logits `[n, vocab]` of decode rows' last hidden states `[n, 1, hidden]`.
+    fn rows_logits(&self, h: &Array, n: usize, tuning: &Tuning) -> Result<Array> {
+        let h = fast::rms_norm(h, Some(&self.norm), self.config.rms_norm_eps)?;
         let logits = self.head(&h, tuning)?;
         Ok(logits.reshape(&[n as i32, -1])?)
     }

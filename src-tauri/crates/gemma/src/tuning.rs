@@ -46,6 +46,11 @@ pub struct Tuning {
     /// ~0.8–1.2× one row; bench/cuda/qmv_rows.py). The matrix kernel rounds differently, so
     /// a row's bf16 logits then differ from its lone ones in the last bits.
     pub matrix_rows: usize,
+    /// Whether decode steps run as one MLX compiled function per shape (rows × buffer
+    /// capacities), replayed step after step over the rows' buffers (`compiled.rs`), rather
+    /// than as a graph built anew each step. A lone answer then steps as a row of one. Needs
+    /// `batched_rows`; caches stored quantized step eagerly.
+    pub compiled_decode: bool,
 }
 
 impl Tuning {
@@ -101,6 +106,7 @@ impl Tuning {
             },
             batched_rows: true,
             matrix_rows: if cuda { 8 } else { 0 },
+            compiled_decode: true,
         }
     }
 

@@ -101,6 +101,10 @@ struct Cli {
     /// (default: the engine's), see `Tuning::matrix_rows`.
     #[arg(long)]
     matrix_rows: Option<usize>,
+    /// Build every decode step's graph anew instead of replaying the compiled step
+    /// (`Tuning::compiled_decode`), for A/B measurements.
+    #[arg(long)]
+    eager_decode: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -472,7 +476,7 @@ fn step_graph(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::Value>
     let (mut caches, mut sampler, y) = first_token(model, prompt)?;
     let none = no_history();
     eval_with_caches(&caches, &y)?;
-    let logits = model.forward_array(&y.reshape(&[1])?, &mut caches, None)?;
+    let logits = model.decode(&y, &mut caches)?;
     let next = sampler.sample(&logits, &none)?;
     let mut outputs: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
     outputs.push(&next);
@@ -618,6 +622,9 @@ fn main() -> Result<()> {
     }
     if let Some(rows) = cli.matrix_rows {
         tuning.matrix_rows = rows;
+    }
+    if cli.eager_decode {
+        tuning.compiled_decode = false;
     }
     let options = LoadOptions {
         dtype,
