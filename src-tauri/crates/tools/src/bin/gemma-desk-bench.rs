@@ -498,6 +498,33 @@ fn step_graph(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::Value>
     Ok(json!({ "primitives": total, "kinds": kinds }))
 }
 
+/// What a decode step of a shape not met before costs against its replays (milliseconds, the
+/// step and its greedy token evaluated): MLX's compile cache is cleared first, so the first
+/// step traces and compiles its function again (`Tuning::compiled_decode`; the eager graph has
+/// no trace, only MLX's own first-use work), then the median of 7 more steps.
+fn first_step_cost(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::Value> {
+    use mlx_rs::ops::indexing::argmax_axis;
+    let (mut caches, _, mut y) = first_token(model, prompt)?;
+    eval_with_caches(&caches, &y)?;
+    let step = |caches: &mut Vec<gemma::KvCache>, y: &mut Array| -> Result<f64> {
+        let t0 = Instant::now();
+        let logits = model.decode(y, caches)?;
+        let next = argmax_axis(&logits, -1, None)?.as_dtype(Dtype::Uint32)?;
+        eval_with_caches(caches, &next)?;
+        *y = next;
+        Ok(t0.elapsed().as_secs_f64() * 1e3)
+    };
+    step(&mut caches, &mut y)?;
+    mlx_rs::transforms::compile::clear_cache();
+    let traces = gemma::compiled::traces();
+    let first = step(&mut caches, &mut y)?;
+    let traced = gemma::compiled::traces() - traces;
+    let mut replays = (0..7)
+        .map(|_| step(&mut caches, &mut y))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(json!({ "first_ms": first, "replay_ms": median(&mut replays), "traces": traced }))
+}
+
 fn export_to_dot(path: &Path, outputs: &[&Array]) -> Result<()> {
     extern "C" {
         fn fopen(
@@ -706,6 +733,7 @@ fn main() -> Result<()> {
     let profile = bench.decode_profile(&plan.decode.ids, plan.decode.tokens.min(64))?;
     phase("step-graph");
     let graph = step_graph(&bench.loaded.model, &plan.decode.ids)?;
+    let first_step = first_step_cost(&bench.loaded.model, &plan.decode.ids)?;
     phase("prefill-curve");
     let curve = prefill_curve(&bench.loaded.model, &plan.decode.ids, &plan.curve, 3)?;
 
@@ -763,6 +791,7 @@ fn main() -> Result<()> {
         "decode": decode,
         "decode_profile": profile,
         "decode_graph": graph,
+        "decode_first_step": first_step,
         "prefill_curve": curve,
         "image": { "ttft_s": image_ttft, "prompt_tokens": image_tokens },
         "audio": audio,
