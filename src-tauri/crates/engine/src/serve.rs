@@ -356,9 +356,11 @@ fn step<'m>(
         }
         last_events.push((id, events, sent));
     }
-    if rows.is_empty() {
-        // No answer runs any more: the rows' buffers can go (a lone answer steps over them
-        // too when its decode step is compiled, `Tuning::compiled_decode`).
+    // A lone answer steps over the rows' buffers only when its decode step is compiled
+    // (`Tuning::compiled_decode`); otherwise they can go once fewer than two answers run.
+    let tuning = model.tuning();
+    let lone_over_rows = tuning.compiled_decode && tuning.batched_rows;
+    if rows.is_empty() || (rows.len() < 2 && !lone_over_rows) {
         model.release_rows();
     }
     for (id, mut events, sent) in last_events {

@@ -13,13 +13,13 @@
 //! per row and per call.
 //!
 //! The compiled function lives in a thread-local (MLX's compiled closures are not `Send`),
-//! one per thread for the model last stepped on it. It holds the model weakly; its trace
-//! holds the weights it read until it is dropped: when the model is dropped on that thread
-//! ([`forget`]) or a different model steps there.
+//! one per thread for the model last stepped on it. It does not hold the model: the model
+//! lends itself for the length of each call ([`Lent`]), the only time the function's body
+//! runs. Its trace holds the weights it read until it is dropped: when the model is dropped
+//! on that thread ([`forget`]) or a different model steps there.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
 
 use mlx_rs::error::Exception;
 use mlx_rs::transforms::compile::compile;
@@ -47,21 +47,57 @@ pub fn traces() -> usize {
 thread_local! {
     /// The compiled step of the model (by its id) last stepped on this thread.
     static STEP: RefCell<Option<(u64, Step)>> = const { RefCell::new(None) };
+    /// The model stepping on this thread right now (set by [`Lent`] for one call).
+    static LENT: Cell<*const TextModel> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Lends a model to the compiled step for the length of one call: the step's body (which runs
+/// only inside that call, when MLX traces it) reads the model from here, so the step never
+/// holds it. Cleared when dropped, on a panic too.
+struct Lent;
+
+impl Lent {
+    fn new(text: &TextModel) -> Self {
+        LENT.with(|lent| lent.set(text));
+        Lent
+    }
+
+    /// Runs `f` with the model lent on this thread, if one is.
+    fn with<R>(f: impl FnOnce(&TextModel) -> R) -> Option<R> {
+        let text = LENT.with(Cell::get);
+        // SAFETY: `LENT` is non-null only while a `Lent` made from a `&TextModel` is alive on
+        // this thread (inside `step`, which holds that borrow for the whole call), and is
+        // cleared when it drops.
+        unsafe { text.as_ref() }.map(f)
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        LENT.with(|lent| lent.set(std::ptr::null()));
+    }
 }
 
 /// The compiled step of `text`: a function of `[ids, positions, bases, keys₀, values₀, …]`
 /// (see [`RowsKv::begin_compiled`]) returning `[logits, keys₀, values₀, …]`.
-fn build(
-    text: Weak<TextModel>,
-    kinds: Vec<AttentionKind>,
-    window: Option<usize>,
-    tuning: Tuning,
-) -> Step {
+fn build(kinds: Vec<AttentionKind>, window: Option<usize>, tuning: Tuning) -> Step {
     let step = move |inputs: &[Array]| -> std::result::Result<Vec<Array>, Exception> {
         TRACES.fetch_add(1, Ordering::Relaxed);
-        let text = text
-            .upgrade()
-            .ok_or_else(|| Exception::custom("the model was unloaded"))?;
+        Lent::with(|text| trace(text, inputs, &kinds, window, &tuning))
+            .unwrap_or_else(|| Err(Exception::custom("no model is stepping")))
+    };
+    Box::new(compile(step, false))
+}
+
+/// The step's body, run while MLX traces it.
+fn trace(
+    text: &TextModel,
+    inputs: &[Array],
+    kinds: &[AttentionKind],
+    window: Option<usize>,
+    tuning: &Tuning,
+) -> std::result::Result<Vec<Array>, Exception> {
+    {
         let [ids, positions, bases, buffers @ ..] = inputs else {
             return Err(Exception::custom(
                 "a compiled step needs ids, positions and bases",
@@ -76,13 +112,13 @@ fn build(
         }
         let mut layers: Vec<LayerRows> = buffers
             .chunks(2)
-            .zip(&kinds)
+            .zip(kinds)
             .map(|(kv, &kind)| LayerRows::of(kv[0].clone(), kv[1].clone(), kind))
             .collect();
         let capacity = |kind: AttentionKind| {
             buffers
                 .chunks(2)
-                .zip(&kinds)
+                .zip(kinds)
                 .find(|(_, &k)| k == kind)
                 .map_or(0, |(kv, _)| kv[0].shape()[2] as usize)
         };
@@ -97,7 +133,7 @@ fn build(
         )
         .map_err(|e| Exception::custom(e.to_string()))?;
         let logits = text
-            .forward_buffers(ids, positions, &geometry, &mut layers, &tuning)
+            .forward_buffers(ids, positions, &geometry, &mut layers, tuning)
             .map_err(|e| Exception::custom(e.to_string()))?;
         let mut out = Vec::with_capacity(1 + buffers.len());
         out.push(logits);
@@ -107,8 +143,7 @@ fn build(
             out.push(v);
         }
         Ok(out)
-    };
-    Box::new(compile(step, false))
+    }
 }
 
 /// One decode step of the rows whose buffers `kv` holds (gathered from `caches`), through
@@ -116,7 +151,7 @@ fn build(
 /// [`TextModel::forward_rows`] with the buffers, the rows' caches then view the buffers.
 pub(crate) fn step(
     model: u64,
-    text: &Arc<TextModel>,
+    text: &TextModel,
     kv: &mut RowsKv,
     ids: &Array,
     caches: &mut [&mut [KvCache]],
@@ -129,15 +164,15 @@ pub(crate) fn step(
     inputs.extend(buffers);
     let mut outputs = STEP.with(|cell| {
         let mut cell = cell.borrow_mut();
-        if !cell.as_ref().is_some_and(|(id, _)| *id == model) {
+        if cell.as_ref().is_none_or(|(id, _)| *id != model) {
             *cell = None; // (the old trace goes before the new one is made)
-            *cell = Some((
-                model,
-                build(Arc::downgrade(text), kv.kinds(), kv.window(), *tuning),
-            ));
+            *cell = Some((model, build(kv.kinds(), kv.window(), *tuning)));
         }
         match cell.as_mut() {
-            Some((_, f)) => f(&inputs),
+            Some((_, f)) => {
+                let _lent = Lent::new(text);
+                f(&inputs)
+            }
             None => Err(Exception::custom("no compiled step")),
         }
     })?;

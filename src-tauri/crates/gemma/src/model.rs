@@ -2,7 +2,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use mlx_rs::transforms::eval;
 use mlx_rs::{Array, Dtype, Stream};
@@ -37,7 +37,7 @@ static LOADS: AtomicU64 = AtomicU64::new(1);
 pub struct Model {
     config: Config,
     table: Vec<LayerSpec>,
-    text: Arc<TextModel>,
+    text: TextModel,
     /// This load's identity (for its compiled decode step, `compiled.rs`).
     id: u64,
     vision: Option<VisionTower>,
@@ -100,7 +100,7 @@ impl Model {
         Ok(Self {
             config,
             table,
-            text: Arc::new(text),
+            text,
             id: LOADS.fetch_add(1, Ordering::Relaxed),
             vision,
             audio,

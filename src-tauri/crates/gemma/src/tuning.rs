@@ -49,7 +49,10 @@ pub struct Tuning {
     /// Whether decode steps run as one MLX compiled function per shape (rows × buffer
     /// capacities), replayed step after step over the rows' buffers (`compiled.rs`), rather
     /// than as a graph built anew each step. A lone answer then steps as a row of one. Needs
-    /// `batched_rows`; caches stored quantized step eagerly.
+    /// `batched_rows`; caches stored quantized step eagerly. Off by default: on MLX-CUDA
+    /// 0.32.2 (H100) a replayed step cost what an eager one does (build 1.09 vs 1.06 ms,
+    /// dispatch 5.2 vs 4.9 ms per token) plus ~15–25 ms per new shape, and on the CPU decode
+    /// ran at 0.98× (bench/results.md, 2026-12-06); unmeasured on Metal.
     pub compiled_decode: bool,
 }
 
@@ -106,7 +109,7 @@ impl Tuning {
             },
             batched_rows: true,
             matrix_rows: if cuda { 8 } else { 0 },
-            compiled_decode: true,
+            compiled_decode: false,
         }
     }
 

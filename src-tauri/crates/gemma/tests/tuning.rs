@@ -63,6 +63,7 @@ fn plain() -> Tuning {
         min_drafts_accepted: 0.3,
         batched_rows: true,
         matrix_rows: 0,
+        compiled_decode: false,
     }
 }
 

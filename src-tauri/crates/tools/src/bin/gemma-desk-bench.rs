@@ -101,10 +101,10 @@ struct Cli {
     /// (default: the engine's), see `Tuning::matrix_rows`.
     #[arg(long)]
     matrix_rows: Option<usize>,
-    /// Build every decode step's graph anew instead of replaying the compiled step
-    /// (`Tuning::compiled_decode`), for A/B measurements.
+    /// Whether a decode step replays one compiled function (`true`) or builds its graph anew
+    /// (`false`); default: the engine's, see `Tuning::compiled_decode`.
     #[arg(long)]
-    eager_decode: bool,
+    compiled_decode: Option<bool>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -650,8 +650,8 @@ fn main() -> Result<()> {
     if let Some(rows) = cli.matrix_rows {
         tuning.matrix_rows = rows;
     }
-    if cli.eager_decode {
-        tuning.compiled_decode = false;
+    if let Some(compiled) = cli.compiled_decode {
+        tuning.compiled_decode = compiled;
     }
     let options = LoadOptions {
         dtype,
