@@ -391,15 +391,12 @@ impl TextModel {
                     _ => return Err(Error::Input(format!("layer {i} has no K/V for every row"))),
                 },
             };
-            let per_layer_input = per_layer_inputs
-                .as_ref()
-                .map(|inputs| inputs.index((.., .., i as i32, ..)));
-            let (out, kv) = layer.forward_rows(
+            let (out, kv) = self.decode_layer(
+                i,
                 &h,
-                None,
                 Rows::Each(rows),
-                Some(&positions),
-                per_layer_input.as_ref(),
+                &positions,
+                &per_layer_inputs,
                 tuning,
             )?;
             h = out;
@@ -444,17 +441,7 @@ impl TextModel {
                 step: step.of(layer.spec.kind),
                 positions,
             };
-            let per_layer_input = per_layer_inputs
-                .as_ref()
-                .map(|inputs| inputs.index((.., .., i as i32, ..)));
-            let (out, kv) = layer.forward_rows(
-                &h,
-                None,
-                rows,
-                Some(positions),
-                per_layer_input.as_ref(),
-                tuning,
-            )?;
+            let (out, kv) = self.decode_layer(i, &h, rows, positions, &per_layer_inputs, tuning)?;
             h = out;
             produced[i] = match kv {
                 Produced::Batched(kv) => Some(kv),
@@ -462,6 +449,34 @@ impl TextModel {
             };
         }
         self.rows_logits(&h, n, tuning)
+    }
+
+    /// Decoder layer `i` of a decode step over `h` (`[n, 1, hidden]`), its share of the
+    /// per-layer inputs taken from `per_layer_inputs` (`[n, 1, layers, width]`).
+    fn decode_layer(
+        &self,
+        i: usize,
+        h: &Array,
+        rows: Rows<'_>,
+        positions: &Array,
+        per_layer_inputs: &Option<Array>,
+        tuning: &Tuning,
+    ) -> Result<(Array, Produced)> {
+        let layer = self
+            .layers
+            .get(i)
+            .ok_or_else(|| Error::Input(format!("the model has no layer {i}")))?;
+        let per_layer_input = per_layer_inputs
+            .as_ref()
+            .map(|inputs| inputs.index((.., .., i as i32, ..)));
+        layer.forward_rows(
+            h,
+            None,
+            rows,
+            Some(positions),
+            per_layer_input.as_ref(),
+            tuning,
+        )
     }
 
     /// A decode step's input: each row's token embedding `[n, 1, hidden]` and per-layer
