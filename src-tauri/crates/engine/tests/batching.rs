@@ -146,6 +146,24 @@ fn every_answer_of_a_batch_is_the_one_it_gives_alone_in_bfloat16() {
     every_answer_alone(&m);
 }
 
+/// Through the compiled decode step (`Tuning::compiled_decode`): a lone answer steps as a row
+/// of one over the rows' buffers, several as rows of the same compiled step per row count.
+#[test]
+fn every_answer_of_a_batch_is_the_one_it_gives_alone_through_the_compiled_step() {
+    let options = gemma::LoadOptions {
+        dtype: Some(mlx_rs::Dtype::Float32),
+        tuning: gemma::Tuning {
+            compiled_decode: true,
+            ..gemma::Tuning::for_backend()
+        },
+        ..gemma::LoadOptions::default()
+    };
+    let m = LoadedModel::load(&common::fixture(), &options).unwrap();
+    let traces = gemma::compiled::traces();
+    every_answer_alone(&m);
+    assert!(gemma::compiled::traces() > traces, "the compiled step ran");
+}
+
 fn every_answer_alone(m: &LoadedModel) {
     let image = test_image();
     let texts = [
