@@ -231,7 +231,8 @@ impl Model {
     /// `caches[i]` sequence `i`'s caches. Logits `[n, vocab]`; row `i` is what
     /// [`Self::forward_array`] gives sequence `i` alone.
     ///
-    /// Two rows or more step over buffers shared by the rows (`rows.rs`), kept here from step
+    /// Two rows or more (one too with `Tuning::compiled_decode`, through the compiled step of
+    /// `compiled.rs`) step over buffers shared by the rows (`rows.rs`), kept here from step
     /// to step while the same rows step together; each row's caches become views of them. Row
     /// `i` then attends exactly its own positions, over a longer, masked key range: on MLX's
     /// CPU backend its logits are its lone ones bit for bit; a GPU's kernels may group the float
