@@ -358,9 +358,7 @@ fn step<'m>(
     }
     // A lone answer steps over the rows' buffers only when its decode step is compiled
     // (`Tuning::compiled_decode`); otherwise they can go once fewer than two answers run.
-    let tuning = model.tuning();
-    let lone_over_rows = tuning.compiled_decode && tuning.batched_rows;
-    if rows.is_empty() || (rows.len() < 2 && !lone_over_rows) {
+    if rows.is_empty() || (rows.len() < 2 && !model.tuning().compiled_steps()) {
         model.release_rows();
     }
     for (id, mut events, sent) in last_events {

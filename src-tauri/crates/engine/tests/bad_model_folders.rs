@@ -6,7 +6,10 @@
 mod common;
 use common::fixture;
 
-use std::collections::BTreeMap;
+#[path = "../../tensor_files.rs"]
+mod tensor_files;
+use tensor_files::{read_tensors, write_tensors};
+
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -109,23 +112,10 @@ fn edit_entry(dir: &Path, tensor: &str, edit: impl FnOnce(&mut Value)) {
 /// file itself is valid and only its content is wrong for the model.
 fn replace_tensor(dir: &Path, tensor: &str, dtype: safetensors::Dtype, shape: &[usize]) {
     let path = shard_of(dir, tensor);
-    let bytes = std::fs::read(&path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut tensors: BTreeMap<String, (safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
-        .tensors()
-        .into_iter()
-        .map(|(n, t)| (n, (t.dtype(), t.shape().to_vec(), t.data().to_vec())))
-        .collect();
+    let mut tensors = read_tensors(&path);
     let size = shape.iter().product::<usize>() * dtype.bitsize() / 8;
     tensors.insert(tensor.into(), (dtype, shape.to_vec(), vec![0; size]));
-    let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
-        .iter()
-        .map(|(n, (d, s, b))| {
-            let view = safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap();
-            (n.clone(), view)
-        })
-        .collect();
-    safetensors::serialize_to_file(views, None, &path).unwrap();
+    write_tensors(&path, &tensors);
 }
 
 const NORM: &str = "language_model.model.norm.weight";

@@ -97,53 +97,36 @@ fn trace(
     window: Option<usize>,
     tuning: &Tuning,
 ) -> std::result::Result<Vec<Array>, Exception> {
-    {
-        let [ids, positions, bases, buffers @ ..] = inputs else {
-            return Err(Exception::custom(
-                "a compiled step needs ids, positions and bases",
-            ));
-        };
-        if buffers.len() != 2 * kinds.len() {
-            return Err(Exception::custom(format!(
-                "{} buffers for {} cache-owning layers",
-                buffers.len(),
-                kinds.len()
-            )));
-        }
-        let mut layers: Vec<LayerRows> = buffers
-            .chunks(2)
-            .zip(kinds)
-            .map(|(kv, &kind)| LayerRows::of(kv[0].clone(), kv[1].clone(), kind))
-            .collect();
-        let capacity = |kind: AttentionKind| {
-            buffers
-                .chunks(2)
-                .zip(kinds)
-                .find(|(_, &k)| k == kind)
-                .map_or(0, |(kv, _)| kv[0].shape()[2] as usize)
-        };
-        let geometry = RowsStep::whole(
-            positions,
-            bases,
-            [
-                capacity(AttentionKind::Full),
-                capacity(AttentionKind::Sliding),
-            ],
-            window,
-        )
-        .map_err(|e| Exception::custom(e.to_string()))?;
-        let logits = text
-            .forward_buffers(ids, positions, &geometry, &mut layers, tuning)
-            .map_err(|e| Exception::custom(e.to_string()))?;
-        let mut out = Vec::with_capacity(1 + buffers.len());
-        out.push(logits);
-        for layer in layers {
-            let (k, v) = layer.into_arrays();
-            out.push(k);
-            out.push(v);
-        }
-        Ok(out)
+    let [ids, positions, bases, buffers @ ..] = inputs else {
+        return Err(Exception::custom(
+            "a compiled step needs ids, positions and bases",
+        ));
+    };
+    if buffers.len() != 2 * kinds.len() {
+        return Err(Exception::custom(format!(
+            "{} buffers for {} cache-owning layers",
+            buffers.len(),
+            kinds.len()
+        )));
     }
+    let mut layers: Vec<LayerRows> = buffers
+        .chunks(2)
+        .zip(kinds)
+        .map(|(kv, &kind)| LayerRows::of(kv[0].clone(), kv[1].clone(), kind))
+        .collect();
+    let geometry = RowsStep::whole(positions, bases, &layers, window)
+        .map_err(|e| Exception::custom(e.to_string()))?;
+    let logits = text
+        .forward_buffers(ids, positions, &geometry, &mut layers, tuning)
+        .map_err(|e| Exception::custom(e.to_string()))?;
+    let mut out = Vec::with_capacity(1 + buffers.len());
+    out.push(logits);
+    for layer in layers {
+        let (k, v) = layer.into_arrays();
+        out.push(k);
+        out.push(v);
+    }
+    Ok(out)
 }
 
 /// One decode step of the rows whose buffers `kv` holds (gathered from `caches`), through

@@ -239,7 +239,7 @@ impl Model {
     /// sums differently (the last bits). Caches stored quantized step per row, each over its
     /// own caches, as alone.
     pub fn forward_rows(&self, ids: &Array, caches: &mut [&mut [KvCache]]) -> Result<Array> {
-        let compiled = self.tuning.compiled_decode;
+        let compiled = self.tuning.compiled_steps();
         if !self.tuning.batched_rows || (caches.len() < 2 && !compiled) {
             return self.text.forward_rows(ids, caches, None, &self.tuning);
         }
@@ -266,7 +266,7 @@ impl Model {
     /// step over the rows' buffers, which the caches then view), else as
     /// [`Self::forward_array`]; the logits are the same up to the float sums' order.
     pub fn decode(&self, id: &Array, caches: &mut [KvCache]) -> Result<Array> {
-        if self.tuning.compiled_decode && self.tuning.batched_rows {
+        if self.tuning.compiled_steps() {
             return self.forward_rows(&id.reshape(&[1])?, &mut [caches]);
         }
         self.forward_array(id, caches, None)

@@ -80,22 +80,26 @@ pub(crate) struct RowsStep {
 
 impl RowsStep {
     /// The geometry of a compiled step, from arrays alone: every row writes at `positions`
-    /// (`[rows]` int32) and each kind of layer attends its whole buffers (`bases`: the
-    /// absolute position of index 0, `[2]` int32, full then sliding; `capacities` likewise),
-    /// each row masked to the positions it sees.
+    /// (`[rows]` int32) and each kind of layer attends the whole of its buffers (`layers`; the
+    /// absolute position of index 0 in `bases`, `[2]` int32, full then sliding), each row
+    /// masked to the positions it sees.
     pub fn whole(
         positions: &Array,
         bases: &Array,
-        capacities: [usize; 2],
+        layers: &[LayerRows],
         window: Option<usize>,
     ) -> Result<Self> {
-        let kind = |k: i32, capacity: usize, window| -> Result<KindStep> {
-            let index = arange::<i32, i32>(0, capacity as i32, None)?.add(bases.index(k))?;
+        let kind = |k: i32, of: AttentionKind, window| -> Result<KindStep> {
+            let capacity = layers
+                .iter()
+                .find(|l| l.kind == of)
+                .map_or(0, |l| l.keys.shape()[2]);
+            let index = arange::<i32, i32>(0, capacity, None)?.add(bases.index(k))?;
             geometry(&index, positions, None, window)
         };
         Ok(Self {
-            full: kind(0, capacities[0], None)?,
-            sliding: kind(1, capacities[1], window)?,
+            full: kind(0, AttentionKind::Full, None)?,
+            sliding: kind(1, AttentionKind::Sliding, window)?,
         })
     }
 

@@ -120,6 +120,12 @@ impl Tuning {
         self.fused_single_query_head_dims.contains(&head_dim)
     }
 
+    /// Whether decode steps run compiled over the rows' buffers, a lone answer's too
+    /// (`compiled_decode` needs `batched_rows`).
+    pub fn compiled_steps(&self) -> bool {
+        self.compiled_decode && self.batched_rows
+    }
+
     /// The row multiple the dense path pads to, if padding applies.
     pub fn dense_bucket(&self) -> Option<usize> {
         self.dense_bucket.filter(|&rows| rows > 1)

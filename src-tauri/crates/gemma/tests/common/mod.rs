@@ -33,34 +33,10 @@ pub fn copy_of(name: &str) -> tempfile::TempDir {
     tmp
 }
 
-/// A safetensors file's tensors: name → (dtype, shape, bytes).
-#[allow(dead_code)]
-pub type Tensors = std::collections::BTreeMap<String, (safetensors::Dtype, Vec<usize>, Vec<u8>)>;
-
-/// Every tensor of the safetensors file at `path`.
-#[allow(dead_code)]
-pub fn read_tensors(path: &Path) -> Tensors {
-    let bytes = std::fs::read(path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    st.tensors()
-        .into_iter()
-        .map(|(n, t)| (n, (t.dtype(), t.shape().to_vec(), t.data().to_vec())))
-        .collect()
-}
-
-/// Writes `tensors` to `path` as mlx-vlm does (metadata `format: mlx`).
-#[allow(dead_code)]
-pub fn write_tensors(path: &Path, tensors: &Tensors) {
-    let views: Vec<(String, safetensors::tensor::TensorView)> = tensors
-        .iter()
-        .map(|(n, (d, s, b))| {
-            let view = safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap();
-            (n.clone(), view)
-        })
-        .collect();
-    let metadata = Some([("format".to_string(), "mlx".to_string())].into());
-    safetensors::serialize_to_file(views, metadata, path).unwrap();
-}
+#[path = "../../../tensor_files.rs"]
+mod tensor_files;
+#[allow(unused_imports)]
+pub use tensor_files::{read_tensors, write_tensors, Tensors};
 
 /// A float32 array of `shape` drawn from the standard normal distribution with `seed`.
 #[allow(dead_code)]
