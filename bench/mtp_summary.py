@@ -43,6 +43,8 @@ def main() -> None:
     row("added peak while speculating, MB", lambda m: (m["spec_peak_bytes"] - m["plain_peak_bytes"]) / mb)
     print()
     for name, rows in (("ours", ours), ("mlx-vlm", ref)):
+        if not rows:
+            continue
         plain = med(rows, lambda m: m["plain_tok_s"])
         parts = ", ".join(
             f"{k + 1}: {med(rows, lambda m, k=k: m['controlled'][k]['tok_s']) / plain:.2f}×"
@@ -53,8 +55,14 @@ def main() -> None:
     same = {e: sum(m.get("rejected_same_answer", False) for m in rows) for e, rows in by.items()}
     print(f"- runs whose answer with every draft rejected equals the plain one: {same} "
           f"(a verify's rows can move a random model's near-ties in bf16)")
-    tpr = {e: [round(c["tokens_per_round"], 2) for c in rows[0]["controlled"]] for e, rows in by.items()}
+    tpr = {e: [round(c["tokens_per_round"], 2) for c in rows[0]["controlled"]]
+           for e, rows in by.items() if rows}
     print(f"- tokens per round at controlled acceptance: {tpr}")
+    graphs = [(m["step_graph"]["primitives"], m["parts"]["verify_graph"]["primitives"])
+              for m in ours if m.get("step_graph") and m["parts"].get("verify_graph")]
+    if graphs:
+        print(f"- ours, MLX primitives: plain step {graphs[0][0]}, verify of "
+              f"{ours[0]['block_size']} rows {graphs[0][1]}")
     stopped = {m.get("stopped") for m in ours}
     print(f"- ours, drafting's own stop: {stopped}")
 

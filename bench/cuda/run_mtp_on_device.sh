@@ -8,7 +8,10 @@
 # full-size target. Here the full-size drafter is generated next to it, the plan's decode
 # prompt (512 tokens, 128 decoded) written, and each repetition runs our bench binary's `--mtp`
 # mode and mlx-vlm's (`reference_worker.py mtp`), alternating which goes first, for each block
-# size (default 4; `4v8`: block 4 with our `--vector-rows 8`). One JSON object per process goes
+# size (default 4; `4v8`: block 4 with our `--vector-rows 8`; `4m0`: block 4 with our
+# `--matrix-rows 0`, a verify's rows each through the matrix-vector kernel, as before 2026-12-06;
+# a variant runs our worker alone).
+# One JSON object per process goes
 # to $OUT/mtp-BLOCK.jsonl;
 # `bench/mtp_summary.py` turns each into a results table.
 set -euo pipefail
@@ -28,15 +31,17 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 ours() {
   local rows=()
   [[ $1 == *v* ]] && rows=(--vector-rows "${1#*v}")
-  /tmp/gemma-desk-bench --plan "$OUT/plan.json" --mtp "$DRAFTER" --mtp-block "${1%v*}" "${rows[@]}" | tail -1 | sed 's/^{/{"engine":"ours",/'
+  [[ $1 == *m* ]] && rows=(--matrix-rows "${1#*m}")
+  /tmp/gemma-desk-bench --plan "$OUT/plan.json" --mtp "$DRAFTER" --mtp-block "${1%%[vm]*}" "${rows[@]}" | tail -1 | sed 's/^{/{"engine":"ours",/'
 }
-ref() { "$PY" bench/reference_worker.py mtp --plan "$OUT/plan.json" --drafter "$DRAFTER" --block "${1%v*}" | tail -1 | sed 's/^{/{"engine":"mlx-vlm",/'; }
+ref() { "$PY" bench/reference_worker.py mtp --plan "$OUT/plan.json" --drafter "$DRAFTER" --block "${1%%[vm]*}" | tail -1 | sed 's/^{/{"engine":"mlx-vlm",/'; }
 for BLOCK in $BLOCKS; do
   LOG=$OUT/mtp-$BLOCK.jsonl
   : > "$LOG"
   for i in $(seq 1 "$REPS"); do
     if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-500}" ]; then echo "block $BLOCK: budget reached after $((i - 1)) repetitions"; break; fi
-    if [ $((i % 2)) -eq 1 ]; then ours "$BLOCK" >> "$LOG"; ref "$BLOCK" >> "$LOG"; else ref "$BLOCK" >> "$LOG"; ours "$BLOCK" >> "$LOG"; fi
+    if [[ $BLOCK == *[vm]* ]]; then ours "$BLOCK" >> "$LOG"   # our variant alone: mlx-vlm ran for the plain block
+    elif [ $((i % 2)) -eq 1 ]; then ours "$BLOCK" >> "$LOG"; ref "$BLOCK" >> "$LOG"; else ref "$BLOCK" >> "$LOG"; ours "$BLOCK" >> "$LOG"; fi
     echo "block $BLOCK, repetition $i: $(( $(date +%s) - START )) s"
   done
 done

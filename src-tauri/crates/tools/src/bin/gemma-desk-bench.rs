@@ -480,8 +480,13 @@ fn step_graph(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::Value>
     let next = sampler.sample(&logits, &none)?;
     let mut outputs: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
     outputs.push(&next);
+    graph_kinds(&outputs)
+}
+
+/// The primitives MLX would evaluate for `outputs`, by kind, read from MLX's DOT export.
+fn graph_kinds(outputs: &[&Array]) -> Result<serde_json::Value> {
     let dot = std::env::temp_dir().join(format!("gemma-bench-{}.dot", std::process::id()));
-    export_to_dot(&dot, &outputs)?;
+    export_to_dot(&dot, outputs)?;
     let text = std::fs::read_to_string(&dot)?;
     let _ = std::fs::remove_file(&dot);
     let mut kinds = std::collections::BTreeMap::<String, usize>::new();
@@ -907,6 +912,7 @@ fn mtp_bench(bench: &Bench, dir: &Path, plan: &Plan, block: usize) -> Result<ser
 
     phase("mtp-round-parts");
     let parts = round_parts(model, &drafter, prompt, block)?;
+    let step_graph = step_graph(model, prompt)?;
     Ok(json!({
         "mtp": {
             "block_size": block,
@@ -925,6 +931,7 @@ fn mtp_bench(bench: &Bench, dir: &Path, plan: &Plan, block: usize) -> Result<ser
             "plain_peak_bytes": plain_peak,
             "spec_peak_bytes": spec_peak,
             "parts": parts,
+            "step_graph": step_graph,
         }
     }))
 }
@@ -963,6 +970,7 @@ fn round_parts(
         eval_with_caches(&c, &y)?;
         Ok(())
     })?;
+    let mut verify_graph = None;
     let verify = time(&mut || {
         let mut c = caches.clone();
         let (h, logits) =
@@ -970,6 +978,9 @@ fn round_parts(
         let y = argmax_axis(&logits, -1, None)?;
         let mut outs: Vec<&Array> = c.iter().flat_map(|x| x.arrays()).collect();
         outs.extend([&y, &h]);
+        if verify_graph.is_none() {
+            verify_graph = Some(graph_kinds(&outs)?);
+        }
         mlx_rs::transforms::eval(outs)?;
         Ok(())
     })?;
@@ -989,7 +1000,12 @@ fn round_parts(
         mlx_rs::transforms::eval(out.iter().collect::<Vec<_>>())?;
         Ok(())
     })?;
-    Ok(json!({ "step_ms": step, "verify_ms": verify, "draft_block_ms": draft }))
+    Ok(json!({
+        "step_ms": step,
+        "verify_ms": verify,
+        "draft_block_ms": draft,
+        "verify_graph": verify_graph,
+    }))
 }
 
 fn mlx_active_bytes() -> u64 {
