@@ -346,10 +346,16 @@ impl Attention {
         let shape = queries.shape();
         let (b, len) = (shape[0], shape[2]);
         let width = self.num_heads * self.head_dim;
-        let out = if len == 1 && mask.is_none() && !tuning.fused_single_query(self.head_dim) {
+        let composed = !tuning.fused_single_query(self.head_dim);
+        let out = if len == 1 && mask.is_none() && composed {
             // One query per head, every key visible (the caches hand a single query exactly
             // what it may see).
             attention_of_one_query(queries, &keys, &values, None, tuning.decode_attention)?
+                .reshape(&[b, len, width])?
+        } else if let (Some(mask), true) = (mask, composed && len <= FEW_QUERIES as i32) {
+            // A speculative verify's rows, a short follow-up.
+            attention_of_few_queries(queries, &keys, &values, mask)?
+                .transpose_axes(&[0, 2, 1, 3])?
                 .reshape(&[b, len, width])?
         } else {
             let mask = mask.map(ScaledDotProductAttentionMask::Array);
@@ -383,6 +389,41 @@ pub fn single_query_attention(
     path: DecodeAttention,
 ) -> Result<Array> {
     attention_of_one_query(q, keys, values, None, path)
+}
+
+/// Queries per sequence up to which attention with a mask, where MLX has no fused kernel for the
+/// head size, is composed by [`attention_of_few_queries`] rather than by MLX's generic
+/// composition: a speculative verify's rows (at most 64), a short prompt.
+pub const FEW_QUERIES: usize = 64;
+
+/// Attention of a few queries per head (`q` `[b, heads, T, d]`) over `keys` and `values`
+/// (`[b, kv_heads, L, d]`), scale 1, `mask` (boolean `[T, L]`) hiding keys per query:
+/// `[b, heads, T, d]`. The `heads / kv_heads` query heads of a K/V head and their T queries
+/// are the rows of one matrix for both products (as [`DecodeAttention::GroupedRows`] does for
+/// one query): 8 primitives where MLX's generic composition (GQA by broadcasting the K/V
+/// heads) takes 20 (MLX-CUDA 0.32.2, head sizes 256 and 512).
+fn attention_of_few_queries(
+    q: &Array,
+    keys: &Array,
+    values: &Array,
+    mask: &Array,
+) -> Result<Array> {
+    let shape = q.shape();
+    let (b, heads, t, d) = (shape[0], shape[1], shape[2], shape[3]);
+    let (kv_heads, len) = (keys.shape()[1], keys.shape()[2]);
+    let group = heads / kv_heads;
+    let scores = q
+        .reshape(&[b, kv_heads, group * t, d])?
+        .matmul(keys.swap_axes(-1, -2)?)?
+        .reshape(&[b, kv_heads, group, t, len])?;
+    let hidden = crate::fused::constant(f32::NEG_INFINITY, &scores)?;
+    let weights = softmax_axis(&select(mask, &scores, &hidden)?, -1, true)?.reshape(&[
+        b,
+        kv_heads,
+        group * t,
+        len,
+    ])?;
+    Ok(weights.matmul(values)?.reshape(&[b, heads, t, d])?)
 }
 
 /// [`single_query_attention`] where `mask` (boolean, `[b, 1, 1, L]`) hides keys per row.

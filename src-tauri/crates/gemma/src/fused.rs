@@ -24,7 +24,7 @@ type Ternary = Box<
 /// A scalar in `like`'s dtype (Python's weak scalars behave this way in the reference), made
 /// as data of that dtype: a cast (`from_f32(v).as_dtype(..)`) would be a node of the compiled
 /// trace, replayed as one more kernel on every call.
-fn constant(value: f32, like: &Array) -> std::result::Result<Array, Exception> {
+pub(crate) fn constant(value: f32, like: &Array) -> std::result::Result<Array, Exception> {
     Ok(match like.dtype() {
         Dtype::Float32 => Array::from_f32(value),
         Dtype::Bfloat16 => Array::from_slice(&[half::bf16::from_f32(value)], &[]),

@@ -124,13 +124,12 @@ impl Linear {
 
     /// The quantized product of `x`, each of up to `tuning.vector_rows` rows as a vector of its
     /// own (`[rows, 1, in]`: MLX's matrix-vector kernel, batched) -- the same values as one
-    /// product up to the kernels' rounding. A few rows (decode rows of several sequences, a
-    /// verify's positions) go as one matrix of at least `tuning.matrix_rows` rows where that
-    /// is set (see there).
+    /// product up to the kernels' rounding. Decode rows of several sequences (`[n, 1, in]`)
+    /// go as one matrix of at least `tuning.matrix_rows` rows where that is set (see there).
     fn forward_rows(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
         let n = rows(x);
         let quantized = !matches!(self, Linear::Dense { .. });
-        if quantized && tuning.matrix_rows > 0 && n >= 2 {
+        if quantized && tuning.matrix_rows > 0 && n >= 2 && positions(x) == 1 {
             let padded = n.max(tuning.matrix_rows);
             return self.product_padded(x, padded, false, tuning.cpu_lanes);
         }

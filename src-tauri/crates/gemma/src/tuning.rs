@@ -38,15 +38,13 @@ pub struct Tuning {
     /// its own caches (a write and an attention per row and layer). On by default; off for
     /// A/B measurements.
     pub batched_rows: bool,
-    /// A quantized layer given a few input rows (n ≥ 2: decode rows of several sequences
-    /// `[n, 1, in]`, a speculative verify's positions `[1, n, in]`, a short follow-up's
-    /// prefill) multiplies them as one matrix of at least this many rows, padded with zero
-    /// rows (0: off, each row a vector of its own, the kernel a lone step uses). MLX-CUDA
-    /// 0.32.2 multiplies up to 7 rows with its matrix-vector kernel, which reads the weights
-    /// once per row (4 rows cost ~3.1× one), and 8 rows or more with its tiled kernel, which
-    /// reads them once (8 rows: ~0.8–1.2× one row; bench/cuda/qmv_rows.py). The matrix kernel
-    /// rounds differently, so a row's bf16 logits then differ from its lone ones in the last
-    /// bits.
+    /// Decode rows of several sequences (`[n, 1, in]`, n ≥ 2) are multiplied by a quantized
+    /// layer as one matrix of at least this many rows, padded with zero rows (0: off, each
+    /// row a vector of its own, the kernel a lone step uses). MLX-CUDA 0.32.2 multiplies up to
+    /// 7 rows with its matrix-vector kernel, which reads the weights once per row (4 rows cost
+    /// ~3.1× one), and 8 rows or more with its tiled kernel, which reads them once (8 rows:
+    /// ~0.8–1.2× one row; bench/cuda/qmv_rows.py). The matrix kernel rounds differently, so
+    /// a row's bf16 logits then differ from its lone ones in the last bits.
     pub matrix_rows: usize,
     /// Whether decode steps run as one MLX compiled function per shape (rows × buffer
     /// capacities), replayed step after step over the rows' buffers (`compiled.rs`), rather
