@@ -2,7 +2,7 @@
 //! of the target's K/V the MTP drafter reads in a round, and the statistics (docs/SPECULATIVE.md).
 //! The round itself (draft → verify → accept → roll back) is [`crate::stream::TokenStream`]'s.
 
-use gemma::{DonorKv, Drafter, KvCache, Model, Tuning};
+use gemma::{DonorKv, Drafter, KvCache, Model};
 use serde::Serialize;
 
 use crate::generate::Result;
@@ -137,17 +137,6 @@ pub fn sliding_view(
         (true, true, _) | (false, _, false) => (kv - window, kv),
         (false, _, true) => (kv - (window - 1), kv),
     }
-}
-
-/// Positions a verify of `rows` runs as: padded up to `tuning.matrix_rows` where that is set
-/// (CUDA: 8), with the padding's outputs ignored and its cache positions dropped with the
-/// rejected drafts. MLX-CUDA multiplies fewer rows than that with its matrix-vector kernel,
-/// which reads a quantized layer's weights once per row (4 rows cost ~3.1× one); padded, every
-/// layer reads them once. Padding each layer's input instead added ~6 primitives per quantized
-/// layer (a verify of 4 rows: 3,480 primitives against 1,960) and cost more host time than the
-/// products saved (H100, bench/results.md 2026-12-06).
-pub fn verify_rows(rows: usize, tuning: &Tuning) -> usize {
-    rows.max(tuning.matrix_rows)
 }
 
 /// Whether the reference's buffered sliding cache drops positions when a verify of `rows` rows

@@ -25,8 +25,8 @@ use crate::constraint::{Constraint, ConstraintError};
 use crate::generate::{GenerateError, GenerateOptions, Result};
 use crate::sampler::Sampler;
 use crate::speculative::{
-    donor_kv, reference_drops, sliding_view, verify_rows, Proposer, Speculation,
-    SpeculativeOptions, SpeculativeStats,
+    donor_kv, reference_drops, sliding_view, Proposer, Speculation, SpeculativeOptions,
+    SpeculativeStats,
 };
 use crate::template::MediaKind;
 
@@ -720,13 +720,8 @@ impl<'a> TokenStream<'a> {
         }
         spec.first_round = false;
 
-        // Verify: one forward over [bonus, drafts…] (and padding, see `verify_rows`).
-        let padding = verify_rows(rows, model.tuning()) - rows;
-        let mut ids = vec![Array::from_slice(&[bonus], &[1]), drafts.clone()];
-        if padding > 0 {
-            ids.push(Array::from_slice(&vec![bonus; padding], &[padding as i32]));
-        }
-        let ids = concatenate(&ids, 0)?;
+        // Verify: one forward over [bonus, drafts…].
+        let ids = concatenate(&[Array::from_slice(&[bonus], &[1]), drafts.clone()], 0)?;
         let (hidden, logits) = model.forward_array_with_hidden(&ids, &mut self.session.caches)?;
         let greedy = self.sampler.config().temperature == 0.0;
         let targets = if greedy {
@@ -775,7 +770,7 @@ impl<'a> TokenStream<'a> {
         }
 
         // Keep the bonus and the accepted drafts in the caches; drop the rest.
-        let rejected = rows - (accepted + 1) + padding;
+        let rejected = rows - (accepted + 1);
         for cache in self.session.caches.iter_mut() {
             cache.trim(rejected)?;
         }

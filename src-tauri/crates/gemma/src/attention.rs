@@ -402,7 +402,7 @@ pub const FEW_QUERIES: usize = 64;
 /// are the rows of one matrix for both products (as [`DecodeAttention::GroupedRows`] does for
 /// one query): 8 primitives where MLX's generic composition (GQA by broadcasting the K/V
 /// heads) takes 20 (MLX-CUDA 0.32.2, head sizes 256 and 512).
-fn attention_of_few_queries(
+pub fn attention_of_few_queries(
     q: &Array,
     keys: &Array,
     values: &Array,

@@ -87,3 +87,67 @@ fn every_decode_attention_path_gives_the_host_attention_in_f32_and_bf16() {
         }
     }
 }
+
+#[test]
+fn a_few_masked_queries_composed_as_grouped_rows_give_the_host_attention() {
+    // A speculative verify's rows over a sliding cache: query t (of T) sits at key position
+    // len − T + t and sees the keys at most `window − 1` before it, and none after.
+    use gemma::attention::attention_of_few_queries;
+    let (heads, kv_heads, len, t, d, window) = (8, 2, 40, 5, 256, 32);
+    let q = normal(&[1, heads, t, d], 4)
+        .multiply(Array::from_f32(0.2))
+        .unwrap();
+    let k = normal(&[1, kv_heads, len, d], 5);
+    let v = normal(&[1, kv_heads, len, d], 6);
+    let visible = |query: usize, key: usize| {
+        let at = len as usize - t as usize + query;
+        key <= at && at - key < window
+    };
+    let mask: Vec<bool> = (0..t as usize)
+        .flat_map(|i| (0..len as usize).map(move |j| (i, j)))
+        .map(|(i, j)| visible(i, j))
+        .collect();
+    let mask = Array::from_slice(&mask, &[t, len]);
+    let (hq, hk, hv) = (host(&q), host(&k), host(&v));
+    let (heads_u, kv_u, len_u, t_u, d_u) = (
+        heads as usize,
+        kv_heads as usize,
+        len as usize,
+        t as usize,
+        d as usize,
+    );
+    // Per query: the host attention over its visible keys alone.
+    let mut expected = vec![0.0; heads_u * t_u * d_u]; // [heads, T, d]
+    for query in 0..t_u {
+        let keys: Vec<usize> = (0..len_u).filter(|&j| visible(query, j)).collect();
+        let pick = |m: &[f64]| -> Vec<f64> {
+            (0..kv_u)
+                .flat_map(|h| keys.iter().map(move |&j| (h, j)))
+                .flat_map(|(h, j)| m[(h * len_u + j) * d_u..(h * len_u + j + 1) * d_u].to_vec())
+                .collect()
+        };
+        let qs: Vec<f64> = (0..heads_u)
+            .flat_map(|h| hq[(h * t_u + query) * d_u..(h * t_u + query + 1) * d_u].to_vec())
+            .collect();
+        let out = host_attention(&qs, &pick(&hk), &pick(&hv), heads_u, kv_u, keys.len(), d_u);
+        for h in 0..heads_u {
+            expected[(h * t_u + query) * d_u..(h * t_u + query + 1) * d_u]
+                .copy_from_slice(&out[h * d_u..(h + 1) * d_u]);
+        }
+    }
+    let scale = expected.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    for (dtype, bound) in [(Dtype::Float32, 1e-5), (Dtype::Bfloat16, 2e-2)] {
+        let [q, k, v] = [&q, &k, &v].map(|a| a.as_dtype(dtype).unwrap());
+        let out = attention_of_few_queries(&q, &k, &v, &mask).unwrap();
+        assert_eq!(out.shape(), &[1, heads, t, d]);
+        assert_eq!(out.dtype(), dtype);
+        let err = host(&out)
+            .iter()
+            .zip(&expected)
+            .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            err <= bound * scale,
+            "{dtype:?}: error {err} (scale {scale})"
+        );
+    }
+}

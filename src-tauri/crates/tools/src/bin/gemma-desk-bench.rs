@@ -951,9 +951,7 @@ fn round_parts(
     eval_with_caches(&caches, &logits)?;
     let kv = prompt.len();
     let feature = hidden.reshape(&[1, 1, -1])?;
-    // The verify's rows as the engine runs them (padded, see `verify_rows`).
-    let verify_rows = engine::speculative::verify_rows(block, model.tuning());
-    let ids: Vec<u32> = (0..verify_rows as u32).map(|i| 10 + i).collect();
+    let ids: Vec<u32> = (0..block as u32).map(|i| 10 + i).collect();
     let reps = 21;
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         f()?;
@@ -975,8 +973,8 @@ fn round_parts(
     let mut verify_graph = None;
     let verify = time(&mut || {
         let mut c = caches.clone();
-        let (h, logits) = model
-            .forward_array_with_hidden(&Array::from_slice(&ids, &[verify_rows as i32]), &mut c)?;
+        let (h, logits) =
+            model.forward_array_with_hidden(&Array::from_slice(&ids, &[block as i32]), &mut c)?;
         let y = argmax_axis(&logits, -1, None)?;
         let mut outs: Vec<&Array> = c.iter().flat_map(|x| x.arrays()).collect();
         outs.extend([&y, &h]);
@@ -1007,7 +1005,6 @@ fn round_parts(
         "verify_ms": verify,
         "draft_block_ms": draft,
         "verify_graph": verify_graph,
-        "verify_rows": verify_rows,
     }))
 }
 
