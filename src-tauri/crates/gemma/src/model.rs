@@ -145,9 +145,11 @@ impl Model {
     }
 
     /// Bytes the caches of one conversation hold after `positions` tokens, the last decoded:
-    /// keys and values of every cache-owning layer (a sliding layer holds at most its window
+    /// keys and values of every cache-owning layer (a full layer's buffers have room up to the
+    /// next multiple of `cache::FULL_STEP` positions; a sliding layer holds at most its window
     /// and the rewind slack; during a prefill, briefly, a chunk more), in the activation dtype
-    /// or quantized as the layer stores them. What deciding how many answers fit in memory at
+    /// or quantized as the layer stores them. Right after a prompt a full layer holds just its
+    /// positions, less than this. What deciding how many answers fit in memory at
     /// once needs (the engine's batching).
     pub fn kv_bytes(&self, positions: usize) -> usize {
         let text = &self.config.text;
@@ -160,7 +162,9 @@ impl Model {
             .filter(|l| l.owns_kv())
             .map(|l| {
                 let held = match l.kind {
-                    crate::config::AttentionKind::Full => positions,
+                    crate::config::AttentionKind::Full => {
+                        positions.div_ceil(crate::cache::FULL_STEP) * crate::cache::FULL_STEP
+                    }
                     crate::config::AttentionKind::Sliding => {
                         positions.min(text.sliding_window + crate::cache::REWIND_SLACK)
                     }

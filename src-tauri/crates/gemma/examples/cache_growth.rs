@@ -1,0 +1,63 @@
+//! What a decode step pays to add its K/V to a full cache of E4B's shape (2 K/V heads of 512,
+//! bfloat16) after a long history: the cache's write in place (`KvCache::full`) against a
+//! concatenation of the whole history, which every step copied before. Milliseconds per step,
+//! K and V of one full layer (E4B has four), medians of `STEPS` steps.
+//!
+//!     cargo run --release -p gemma --example cache_growth [POSITIONS...]
+
+use std::time::Instant;
+
+use gemma::KvCache;
+use mlx_rs::ops::{concatenate, zeros_dtype};
+use mlx_rs::transforms::eval;
+use mlx_rs::{Array, Dtype};
+
+const STEPS: usize = 64;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let history: Vec<i32> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let history = if history.is_empty() {
+        vec![2048, 8192, 32768]
+    } else {
+        history
+    };
+    let one = || zeros_dtype(&[1, 2, 1, 512], Dtype::Bfloat16).unwrap();
+    println!("positions  in place ms  concatenated ms  ratio");
+    for len in history {
+        let prompt = zeros_dtype(&[1, 2, len, 512], Dtype::Bfloat16).unwrap();
+        // The cache, written in place.
+        let mut cache = KvCache::full(None);
+        cache
+            .update_and_fetch(prompt.clone(), prompt.clone())
+            .unwrap();
+        eval(cache.arrays()).unwrap();
+        let mut in_place = Vec::new();
+        for _ in 0..STEPS + 1 {
+            let t = Instant::now();
+            cache.update_and_fetch(one(), one()).unwrap();
+            eval(cache.arrays()).unwrap();
+            in_place.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        // The same history, concatenated every step.
+        let (mut k, mut v): (Array, Array) = (prompt.clone(), prompt);
+        eval([&k, &v]).unwrap();
+        let mut joined = Vec::new();
+        for _ in 0..STEPS + 1 {
+            let t = Instant::now();
+            k = concatenate(&[&k, &one()], 2).unwrap();
+            v = concatenate(&[&v, &one()], 2).unwrap();
+            eval([&k, &v]).unwrap();
+            joined.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let (a, b) = (median(in_place), median(joined));
+        println!("{len:>9}  {a:>11.3}  {b:>15.3}  {:>5.1}", b / a);
+    }
+}
