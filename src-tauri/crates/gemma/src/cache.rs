@@ -405,7 +405,7 @@ mod tests {
             assert_eq!(host(&k), want);
             assert_eq!(host(&v.multiply(Array::from_f32(-1.0)).unwrap()), want);
         };
-        let mut write = |c: &mut KvCache, expect: &mut Vec<Array>, len: i32, seed: u64| {
+        let write = |c: &mut KvCache, expect: &mut Vec<Array>, len: i32, seed: u64| {
             let k = normal(&[1, 2, len, 4], seed);
             let v = k.multiply(Array::from_f32(-1.0)).unwrap();
             let (fk, _) = c.update_and_fetch(k.clone(), v).unwrap();
