@@ -174,36 +174,3 @@ fn a_few_rows_as_vectors_give_each_row_exactly_its_one_row_product() {
         }
     }
 }
-
-#[test]
-fn decode_rows_multiplied_as_one_padded_matrix_give_each_row_its_one_row_product() {
-    // Decode rows of several sequences (`[n, 1, in]`), padded with zero rows to the matrix size
-    // of `Tuning::matrix_rows` (CUDA's default): each output row is the product of its own
-    // input row, in shape and value.
-    let (out, inp) = (1040, 256);
-    let (words, scales, biases) = random_quantized(out, inp, 9);
-    let layer = quantized_layer(&words, scales, biases);
-    let tuning = Tuning {
-        cpu_lanes: 1,
-        matrix_rows: 8,
-        ..Tuning::for_flavor("cpu")
-    };
-    let lone = Tuning {
-        matrix_rows: 0,
-        ..tuning
-    };
-    use mlx_rs::ops::indexing::IndexOp;
-    for rows in [2, 4, 7, 9] {
-        let x = normal(&[rows, 1, inp], 10 + rows as u64);
-        let y = layer.forward_as_stored(&x, &tuning).unwrap();
-        assert_eq!(y.shape(), &[rows, 1, out]);
-        for r in 0..rows {
-            let one = layer.forward_as_stored(&x.index(r..r + 1), &lone).unwrap();
-            assert_eq!(
-                relative_error(&y.index(r..r + 1), &one),
-                0.0,
-                "{rows} rows, row {r}"
-            );
-        }
-    }
-}
