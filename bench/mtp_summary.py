@@ -61,9 +61,8 @@ def main() -> None:
     graphs = [(m["step_graph"]["primitives"], m["parts"]["verify_graph"]["primitives"])
               for m in ours if m.get("step_graph") and m["parts"].get("verify_graph")]
     if graphs:
-        run_as = ours[0]["parts"].get("verify_rows", ours[0]["block_size"])
         print(f"- ours, MLX primitives: plain step {graphs[0][0]}, verify of "
-              f"{ours[0]['block_size']} rows (run as {run_as}) {graphs[0][1]}")
+              f"{ours[0]['block_size']} rows {graphs[0][1]}")
     stopped = {m.get("stopped") for m in ours}
     print(f"- ours, drafting's own stop: {stopped}")
 

@@ -8,11 +8,8 @@
 # full-size target. Here the full-size drafter is generated next to it, the plan's decode
 # prompt (512 tokens, 128 decoded) written, and each repetition runs our bench binary's `--mtp`
 # mode and mlx-vlm's (`reference_worker.py mtp`), alternating which goes first, for each block
-# size (default 4; `4v8`: block 4 with our `--vector-rows 8`; `4m0`: block 4 with our
-# `--matrix-rows 0`, a verify's rows each through the matrix-vector kernel, as before 2026-12-06;
-# a variant runs our worker alone).
-# One JSON object per process goes
-# to $OUT/mtp-BLOCK.jsonl;
+# size (default 4; `4v8`: block 4 with our `--vector-rows 8`, `4m0` with our `--matrix-rows 0`;
+# such a variant runs our worker alone). One JSON object per process goes to $OUT/mtp-BLOCK.jsonl;
 # `bench/mtp_summary.py` turns each into a results table.
 set -euo pipefail
 START=$(date +%s)

@@ -118,6 +118,7 @@ impl Buffer {
         } else if keep_last.is_none() {
             self.write_in_place(new)?
         } else {
+            // (A sliding cache's buffers hold exactly its positions: no room past them.)
             let old = std::mem::take(&mut self.parts);
             old.into_iter()
                 .zip(new)
