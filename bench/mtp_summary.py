@@ -58,8 +58,8 @@ def main() -> None:
     tpr = {e: [round(c["tokens_per_round"], 2) for c in rows[0]["controlled"]]
            for e, rows in by.items() if rows}
     print(f"- tokens per round at controlled acceptance: {tpr}")
-    graphs = [(m["step_graph"]["primitives"], m["parts"]["verify_graph"]["primitives"])
-              for m in ours if m.get("step_graph") and m["parts"].get("verify_graph")]
+    graphs = [(m["parts"]["step_graph"]["primitives"], m["parts"]["verify_graph"]["primitives"])
+              for m in ours if m["parts"].get("step_graph") and m["parts"].get("verify_graph")]
     if graphs:
         print(f"- ours, MLX primitives: plain step {graphs[0][0]}, verify of "
               f"{ours[0]['block_size']} rows {graphs[0][1]}")

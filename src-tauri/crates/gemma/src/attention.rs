@@ -451,7 +451,7 @@ fn attention_of_one_query(
     };
     let scores = match mask {
         Some(mask) => {
-            let hidden = Array::from_f32(f32::NEG_INFINITY).as_dtype(scores.dtype())?;
+            let hidden = crate::fused::constant(f32::NEG_INFINITY, &scores)?;
             select(mask, &scores, &hidden)?
         }
         None => scores,

@@ -63,10 +63,6 @@ impl Buffer {
         }
     }
 
-    fn len(&self) -> usize {
-        self.held
-    }
-
     fn capacity(&self) -> usize {
         self.parts
             .first()
@@ -88,7 +84,7 @@ impl Buffer {
     /// The stored keys and values of the last `last` positions (all when `None`), dequantized
     /// when quantized.
     fn fetch(&self, last: Option<usize>) -> Result<(Array, Array)> {
-        let (len, capacity) = (self.len(), self.capacity());
+        let (len, capacity) = (self.held, self.capacity());
         let start = last.map_or(0, |n| len.saturating_sub(n));
         let tail = |a: &Array| {
             if start == 0 && len == capacity {
@@ -111,7 +107,7 @@ impl Buffer {
     fn append(&mut self, keys: Array, values: Array, keep_last: Option<usize>) -> Result<()> {
         let added = keys.shape()[2] as usize;
         let new = self.encode(keys, values)?;
-        let len = self.len() as i32;
+        let len = self.held as i32;
         let start = keep_last.map(|n| len - (n as i32).min(len)).unwrap_or(0);
         self.parts = if self.parts.is_empty() {
             new
@@ -142,7 +138,7 @@ impl Buffer {
     /// reuses a buffer nothing else holds; a snapshot's clone keeps its own), else into
     /// buffers grown to the next multiple of [`FULL_STEP`] that fits.
     fn write_in_place(&mut self, new: Vec<Array>) -> Result<Vec<Array>> {
-        let (held, added) = (self.len(), new[0].shape()[2] as usize);
+        let (held, added) = (self.held, new[0].shape()[2] as usize);
         let end = held + added;
         let old = std::mem::take(&mut self.parts);
         old.into_iter()
@@ -193,8 +189,8 @@ impl KvCache {
     /// and the new ones — so a single new position sees all it is given, with no mask.
     pub fn keys_after(&self, new: usize) -> usize {
         match self {
-            KvCache::Full(b) => b.len() + new,
-            KvCache::Sliding { buffer, window } => buffer.len().min(window - 1) + new,
+            KvCache::Full(b) => b.held + new,
+            KvCache::Sliding { buffer, window } => buffer.held.min(window - 1) + new,
         }
     }
 
@@ -229,7 +225,7 @@ impl KvCache {
         }
         match self {
             KvCache::Full(_) => true,
-            KvCache::Sliding { window, .. } => b.len() >= n + (b.offset - n).min(window - 1),
+            KvCache::Sliding { window, .. } => b.held >= n + (b.offset - n).min(window - 1),
         }
     }
 
@@ -238,7 +234,7 @@ impl KvCache {
     /// speculative drafter) attends. Errors when the cache no longer holds them all.
     pub fn positions(&self, start: usize, end: usize) -> Result<(Array, Array)> {
         let b = self.buffer();
-        let held = b.offset - b.len();
+        let held = b.offset - b.held;
         if start > end || end > b.offset || start < held {
             return Err(Error::Input(format!(
                 "the cache holds positions {held}..{}, not {start}..{end}",
@@ -262,7 +258,7 @@ impl KvCache {
         if n == 0 {
             return Ok(());
         }
-        let keep = b.len() - n;
+        let keep = b.held - n;
         if keep == 0 {
             b.parts = Vec::new();
         } else if !full {
@@ -286,7 +282,7 @@ impl KvCache {
 
     /// Positions the cache holds (the last `held` of [`Self::offset`]).
     pub fn held(&self) -> usize {
-        self.buffer().len()
+        self.buffer().held
     }
 
     /// The batched step and row whose buffers this cache is a view of, if it is one.

@@ -912,7 +912,6 @@ fn mtp_bench(bench: &Bench, dir: &Path, plan: &Plan, block: usize) -> Result<ser
 
     phase("mtp-round-parts");
     let parts = round_parts(model, &drafter, prompt, block)?;
-    let step_graph = step_graph(model, prompt)?;
     Ok(json!({
         "mtp": {
             "block_size": block,
@@ -931,14 +930,13 @@ fn mtp_bench(bench: &Bench, dir: &Path, plan: &Plan, block: usize) -> Result<ser
             "plain_peak_bytes": plain_peak,
             "spec_peak_bytes": spec_peak,
             "parts": parts,
-            "step_graph": step_graph,
         }
     }))
 }
 
 /// Median milliseconds, from the cached state after the prompt, of: one plain decode step (a
 /// forward of 1 row and its argmax, evaluated), a verify of `block` rows, and a draft block of
-/// `block − 1` drafter steps.
+/// `block − 1` drafter steps; and the MLX primitives of the step and of the verify.
 fn round_parts(
     model: &gemma::Model,
     drafter: &gemma::Drafter,
@@ -963,10 +961,17 @@ fn round_parts(
         }
         Ok(median(&mut ms))
     };
+    // Each one's primitives, from its first call.
+    let mut step_graph = None;
     let step = time(&mut || {
         let mut c = caches.clone();
         let logits = model.forward_array(&Array::from_slice(&ids[..1], &[1]), &mut c, None)?;
         let y = argmax_axis(&logits, -1, None)?;
+        if step_graph.is_none() {
+            let mut outs: Vec<&Array> = c.iter().flat_map(|x| x.arrays()).collect();
+            outs.push(&y);
+            step_graph = Some(graph_kinds(&outs)?);
+        }
         eval_with_caches(&c, &y)?;
         Ok(())
     })?;
@@ -1004,6 +1009,7 @@ fn round_parts(
         "step_ms": step,
         "verify_ms": verify,
         "draft_block_ms": draft,
+        "step_graph": step_graph,
         "verify_graph": verify_graph,
     }))
 }
