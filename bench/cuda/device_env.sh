@@ -31,9 +31,10 @@ fi
 LD_LIBRARY_PATH=$SITE/mlx/lib:$(ls -d "$NVIDIA"/*/lib | tr '\n' ':')
 export LD_LIBRARY_PATH
 
-# The checkpoint: generated here (5 GB does not fit the transfer), once per machine.
+# The checkpoint: generated here (5 GB does not fit the transfer), once per machine; not with
+# NO_MODEL=1 (runs that need MLX alone).
 MODEL=${MODEL:-/tmp/gemma4-${VARIANT:-full}}
-if [ ! -f "$MODEL/config.json" ]; then
+if [ -z "${NO_MODEL:-}" ] && [ ! -f "$MODEL/config.json" ]; then
   fixture_start=$(date +%s)
   rm -rf "$MODEL"
   "$PY" tests/fixtures/make_checkpoint.py --variant "${VARIANT:-full}" --out "$MODEL" > "$OUT/fixture.log" 2>&1 \

@@ -25,6 +25,9 @@ def main() -> None:
           f"MLX peak {r['mlx_peak_bytes'] / 1e9:.3f} GB")
     print("  prefill " + ", ".join(f"{x['tokens']}: {x['tokens'] / x['ttft_s']:.0f} tok/s" for x in r["prefill"]))
     print(f"  decode {(d['tokens'] - 1) / d['decode_s']:.1f} tok/s; step {json.dumps(r['decode_profile'])}")
+    graph = r.get("decode_graph") or {}
+    kinds = sorted(graph.get("kinds", {}).items(), key=lambda kv: -kv[1])
+    print(f"  decode step primitives {graph.get('primitives')}: " + ", ".join(f"{k} {n}" for k, n in kinds))
     print(f"  image {r['image']['ttft_s'] * 1e3:.1f} ms; follow-up {f['ttft_s'] * 1e3:.1f}, again "
           f"{f['again_ttft_s'] * 1e3:.1f} ms")
     print(f"  follow-up profile: eval {[round(x, 1) for x in p['eval_ms']]}, build {[round(x, 1) for x in p['build_ms']]}, "

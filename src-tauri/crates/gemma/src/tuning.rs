@@ -66,7 +66,15 @@ impl Tuning {
     pub fn for_flavor(flavor: &str) -> Self {
         let cuda = flavor.starts_with("cuda");
         Self {
-            decode_attention: DecodeAttention::GroupedRows,
+            // MLX-CUDA 0.32.2 multiplies the grouped rows with cuBLAS (~11 µs of host time a
+            // call) and one query head per row with its own matrix-vector kernel: one decode
+            // attention ~25 → ~19 µs on an H100 (bench/cuda/attention_variants.py, measured in
+            // one process). The CPU is faster with the grouped rows; Metal is unmeasured.
+            decode_attention: if cuda {
+                DecodeAttention::HeadScores
+            } else {
+                DecodeAttention::GroupedRows
+            },
             // One lane per core, at most 4, on the CPU; a GPU is filled by one stream.
             cpu_lanes: match flavor {
                 "cpu" => std::thread::available_parallelism().map_or(1, |n| n.get().min(4)),
@@ -181,6 +189,8 @@ pub enum DecodeAttention {
     GroupedRows,
     /// Scores one query head per row against its K/V head, broadcast over the group (not
     /// copied): MLX's batched GEMV kernel on CUDA, in place of a cuBLAS call. The values are
-    /// weighted as in `GroupedRows`.
+    /// weighted as in `GroupedRows` (as a matrix-vector product they would need V stored
+    /// transposed: MLX's GEMV takes a vector times a matrix only with the matrix's rows
+    /// contiguous along the product). The default on CUDA.
     HeadScores,
 }
