@@ -1,7 +1,11 @@
 //! What a decode step pays to add its K/V to a full cache of E4B's shape (2 K/V heads of 512,
 //! bfloat16) after a long history: the cache's write in place (`KvCache::full`) against a
 //! concatenation of the whole history, which every step copied before. Milliseconds per step,
-//! K and V of one full layer (E4B has four), medians of `STEPS` steps.
+//! K and V of one full layer (E4B has four), medians of `STEPS` steps. Then the same for a
+//! sliding cache (2 K/V heads of 256, window 512; E4B has twenty): written in place
+//! (`KvCache::sliding`, its kept positions moved once the room is used up) against the window
+//! and slack joined with the new position every step, as before; means over
+//! `SLIDING_STEPS` steps, so that the moves count.
 //!
 //!     cargo run --release -p gemma --example cache_growth [POSITIONS...]
 
@@ -13,6 +17,7 @@ use mlx_rs::transforms::eval;
 use mlx_rs::{Array, Dtype};
 
 const STEPS: usize = 64;
+const SLIDING_STEPS: usize = 512;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -60,4 +65,43 @@ fn main() {
         let (a, b) = (median(in_place), median(joined));
         println!("{len:>9}  {a:>11.3}  {b:>15.3}  {:>5.1}", b / a);
     }
+    sliding();
+}
+
+fn sliding() {
+    let window = 512;
+    let keep = (window - 1 + gemma::cache::REWIND_SLACK) as i32;
+    let one = || zeros_dtype(&[1, 2, 1, 256], Dtype::Bfloat16).unwrap();
+    let prompt = zeros_dtype(&[1, 2, 2048, 256], Dtype::Bfloat16).unwrap();
+    let mean = |v: Vec<f64>| v.iter().sum::<f64>() / v.len() as f64;
+    let mut cache = KvCache::sliding(window, None);
+    cache
+        .update_and_fetch(prompt.clone(), prompt.clone())
+        .unwrap();
+    eval(cache.arrays()).unwrap();
+    let mut in_place = Vec::new();
+    for _ in 0..SLIDING_STEPS {
+        let t = Instant::now();
+        cache.update_and_fetch(one(), one()).unwrap();
+        eval(cache.arrays()).unwrap();
+        in_place.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    // As before: keep the last `window − 1 + slack` positions, join the new one.
+    let tail = |a: &Array| {
+        use mlx_rs::ops::indexing::IndexOp;
+        let n = a.shape()[2];
+        a.index((.., .., (n - keep.min(n)).., ..))
+    };
+    let (mut k, mut v): (Array, Array) = (tail(&prompt), tail(&prompt));
+    eval([&k, &v]).unwrap();
+    let mut joined = Vec::new();
+    for _ in 0..SLIDING_STEPS {
+        let t = Instant::now();
+        k = concatenate(&[&tail(&k), &one()], 2).unwrap();
+        v = concatenate(&[&tail(&v), &one()], 2).unwrap();
+        eval([&k, &v]).unwrap();
+        joined.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (a, b) = (mean(in_place), mean(joined));
+    println!("sliding (window {window}, mean of {SLIDING_STEPS} steps)  in place {a:.3} ms  joined {b:.3} ms  ratio {:.1}", b / a);
 }

@@ -1,9 +1,12 @@
 //! Key/value caches of the cache-owning layers, behind one small interface.
 //!
-//! Buffers are kept in temporal order. A sliding cache keeps the last `window − 1` positions
-//! (plus [`REWIND_SLACK`] more, so a follow-up turn can rewind a few tokens) and appends the new
-//! ones; the window mask gives every query exactly its own `window` positions. Shared layers
-//! attend the same buffer in the same forward call, as in mlx-vlm.
+//! Buffers are kept in temporal order and written in place: a step's keys and values go into room
+//! the buffers already have, so a decode step copies one position, not the history. A sliding
+//! cache keeps the last `window − 1` positions (plus [`REWIND_SLACK`] more, so a follow-up turn
+//! can rewind a few tokens) and the new ones; when its buffers are full, what it keeps moves to
+//! the front of new ones with room for [`SLIDING_ROOM`] more steps. The window mask gives every
+//! query exactly its own `window` positions. Shared layers attend the same buffer in the same
+//! forward call, as in mlx-vlm.
 //!
 //! Optionally (OptiQ's `kv_config.json`), a cache stores K and V affine-quantized along the head
 //! dimension and hands out their dequantized form: less memory, the same attention code.
@@ -26,6 +29,13 @@ pub const FULL_STEP: usize = 256;
 /// without re-prefilling the whole conversation.
 pub const REWIND_SLACK: usize = 64;
 
+/// Room a sliding cache's buffers have beyond `window + REWIND_SLACK` positions: decode steps
+/// write into it in place, and once it is used up the positions kept move to the front of new
+/// buffers (one copy of the window every this many steps, where appending copied the window
+/// every step: ~23 MB per token on E4B). The buffers are then `window + REWIND_SLACK +
+/// SLIDING_ROOM` positions, unless a prompt chunk needs more.
+pub const SLIDING_ROOM: usize = 64;
+
 /// One owning layer's cache. A clone shares the (immutable) arrays: it is a snapshot the
 /// original's later appends do not change.
 #[derive(Clone)]
@@ -37,13 +47,16 @@ pub enum KvCache {
 }
 
 /// Keys and values `[1, kv_heads, capacity, head_dim]` (stored plain, or quantized as packed
-/// weights, scales and biases of each), the positions held (the first `held` of the capacity)
-/// and the number of positions processed.
+/// weights, scales and biases of each), the positions held (`held` of the capacity, from
+/// `start`) and the number of positions processed.
 #[derive(Clone, Default)]
 pub struct Buffer {
     /// Every stored array has the positions on axis 2: `[k, v]` or `[kq, ks, kb, vq, vs, vb]`.
     parts: Vec<Array>,
-    /// Positions held: the first `held` of axis 2 (a full cache's buffers have room beyond).
+    /// Where on axis 2 the held positions start (0 for a full cache; a sliding cache lets go of
+    /// its oldest positions by moving it).
+    start: usize,
+    /// Positions held: `start..start + held` of axis 2 (the buffers have room beyond).
     held: usize,
     quant: Option<QuantSpec>,
     offset: usize,
@@ -56,6 +69,7 @@ impl Buffer {
     fn new(quant: Option<QuantSpec>) -> Self {
         Self {
             parts: Vec::new(),
+            start: 0,
             held: 0,
             quant,
             offset: 0,
@@ -84,13 +98,14 @@ impl Buffer {
     /// The stored keys and values of the last `last` positions (all when `None`), dequantized
     /// when quantized.
     fn fetch(&self, last: Option<usize>) -> Result<(Array, Array)> {
-        let (len, capacity) = (self.held, self.capacity());
-        let start = last.map_or(0, |n| len.saturating_sub(n));
+        let end = self.start + self.held;
+        let start = end - last.map_or(self.held, |n| n.min(self.held));
+        let whole = start == 0 && end == self.capacity();
         let tail = |a: &Array| {
-            if start == 0 && len == capacity {
+            if whole {
                 a.clone()
             } else {
-                a.index((.., .., start as i32..len as i32, ..))
+                a.index((.., .., start as i32..end as i32, ..))
             }
         };
         match (self.quant, self.parts.as_slice()) {
@@ -103,57 +118,62 @@ impl Buffer {
         }
     }
 
-    /// Appends after keeping at most `keep_last` old positions.
+    /// Appends after keeping at most `keep_last` old positions: in place where the buffers
+    /// have room (MLX reuses a buffer nothing else holds; a snapshot's clone keeps its own),
+    /// else into new buffers with room (see [`Self::room_after`]).
     fn append(&mut self, keys: Array, values: Array, keep_last: Option<usize>) -> Result<()> {
         let added = keys.shape()[2] as usize;
         let new = self.encode(keys, values)?;
-        let len = self.held as i32;
-        let start = keep_last.map(|n| len - (n as i32).min(len)).unwrap_or(0);
-        self.parts = if self.parts.is_empty() {
-            new
-        } else if keep_last.is_none() {
-            self.write_in_place(new)?
+        let kept = keep_last.map_or(self.held, |n| self.held.min(n));
+        if self.parts.is_empty() {
+            // A prompt is stored as it is.
+            self.parts = new;
+            self.start = 0;
         } else {
-            // (A sliding cache's buffers hold exactly its positions: no room past them.)
+            let end = self.start + self.held;
             let old = std::mem::take(&mut self.parts);
-            old.into_iter()
-                .zip(new)
-                .map(|(o, n)| {
-                    let o = if start > 0 {
-                        o.index((.., .., start.., ..))
-                    } else {
-                        o
-                    };
-                    concatenate(&[o, n], 2)
-                })
-                .collect::<std::result::Result<_, _>>()?
-        };
-        self.held = (len - start) as usize + added;
+            if end + added <= old[0].shape()[2] as usize {
+                self.parts = old
+                    .iter()
+                    .zip(&new)
+                    .map(|(o, n)| slice_update_positions(o, n, end))
+                    .collect::<Result<_>>()?;
+                self.start = end - kept;
+            } else {
+                let room = Self::room_after(kept + added, keep_last);
+                self.parts = old
+                    .into_iter()
+                    .zip(new)
+                    .map(|(o, n)| {
+                        let kept = o.index((.., .., (end - kept) as i32..end as i32, ..));
+                        let mut joined = vec![kept, n];
+                        if room > 0 {
+                            let mut shape = o.shape().to_vec();
+                            shape[2] = room as i32;
+                            joined.push(zeros_dtype(&shape, o.dtype())?);
+                        }
+                        Ok(concatenate(&joined, 2)?)
+                    })
+                    .collect::<Result<_>>()?;
+                self.start = 0;
+            }
+        }
+        self.held = kept + added;
         self.offset += added;
         self.lent = None;
         Ok(())
     }
 
-    /// `new` written after the held positions, in place where the buffers have room (MLX
-    /// reuses a buffer nothing else holds; a snapshot's clone keeps its own), else into
-    /// buffers grown to the next multiple of [`FULL_STEP`] that fits.
-    fn write_in_place(&mut self, new: Vec<Array>) -> Result<Vec<Array>> {
-        let (held, added) = (self.held, new[0].shape()[2] as usize);
-        let end = held + added;
-        let old = std::mem::take(&mut self.parts);
-        old.into_iter()
-            .zip(new)
-            .map(|(o, n)| {
-                if end <= o.shape()[2] as usize {
-                    return slice_update_positions(&o, &n, held);
-                }
-                let mut shape = o.shape().to_vec();
-                shape[2] = (end.div_ceil(FULL_STEP) * FULL_STEP - end) as i32;
-                let room = zeros_dtype(&shape, o.dtype())?;
-                let kept = o.index((.., .., ..held as i32, ..));
-                Ok(concatenate(&[kept, n, room], 2)?)
-            })
-            .collect()
+    /// Room new buffers get after `len` positions: a full cache's grow to the next multiple of
+    /// [`FULL_STEP`]; a sliding cache's (`keep_last` = `window − 1 + REWIND_SLACK`) to `window +
+    /// REWIND_SLACK + SLIDING_ROOM`, or by `SLIDING_ROOM` when a prompt chunk made them longer.
+    fn room_after(len: usize, keep_last: Option<usize>) -> usize {
+        match keep_last {
+            None => len.div_ceil(FULL_STEP) * FULL_STEP - len,
+            Some(keep) => (keep + 1 + SLIDING_ROOM)
+                .saturating_sub(len)
+                .max(SLIDING_ROOM),
+        }
     }
 }
 
@@ -253,21 +273,15 @@ impl KvCache {
                 "cannot rewind the cache by {n} positions"
             )));
         }
-        let full = matches!(self, KvCache::Full(_));
         let b = self.buffer_mut();
         if n == 0 {
             return Ok(());
         }
+        // The next write goes over the dropped positions.
         let keep = b.held - n;
         if keep == 0 {
             b.parts = Vec::new();
-        } else if !full {
-            // (A full cache's next write goes over the dropped positions.)
-            b.parts = b
-                .parts
-                .iter()
-                .map(|a| a.index((.., .., ..keep as i32, ..)))
-                .collect();
+            b.start = 0;
         }
         b.held = keep;
         b.offset -= n;
@@ -309,6 +323,7 @@ impl KvCache {
         if b.quant.is_some() {
             return Err(Error::Input("a quantized cache cannot be batched".into()));
         }
+        b.start = 0;
         b.held = keys.shape()[2] as usize;
         b.parts = vec![keys, values];
         b.offset = offset;
@@ -321,12 +336,13 @@ impl KvCache {
     pub fn detach(&mut self) -> Result<()> {
         let b = self.buffer_mut();
         if b.lent.take().is_some() {
-            let held = b.held as i32;
+            let (start, end) = (b.start as i32, (b.start + b.held) as i32);
             b.parts = b
                 .parts
                 .iter()
-                .map(|a| a.index((.., .., ..held, ..)).contiguous())
+                .map(|a| a.index((.., .., start..end, ..)).contiguous())
                 .collect::<std::result::Result<_, _>>()?;
+            b.start = 0;
             mlx_rs::transforms::eval(b.parts.iter())?;
         }
         Ok(())
@@ -440,6 +456,68 @@ mod tests {
         let (snap, snap_expect) = snapshot.unwrap();
         check(&snap, &snap_expect);
         assert_eq!(snap.offset(), 110);
+    }
+
+    #[test]
+    fn a_sliding_cache_writes_in_place_and_hands_out_exactly_its_last_positions() {
+        let window = 8;
+        let keep = window - 1 + REWIND_SLACK;
+        let mut cache = KvCache::sliding(window, None);
+        let capacity = |c: &KvCache| c.buffer().capacity();
+        // Every position written and not dropped, in order: the cache must hand out its tail.
+        let mut written: Vec<Array> = Vec::new();
+        let write = |c: &mut KvCache, written: &mut Vec<Array>, len: i32, seed: u64| {
+            let k = normal(&[1, 2, len, 4], seed);
+            let v = k.multiply(Array::from_f32(-1.0)).unwrap();
+            let (fk, fv) = c.update_and_fetch(k.clone(), v).unwrap();
+            written.push(k);
+            let all = concatenate(written, 2).unwrap();
+            let total = all.shape()[2];
+            let seen = (window as i32 - 1 + len).min(total);
+            let want = host(&all.index((.., .., total - seen.., ..)));
+            assert_eq!(host(&fk), want, "keys after {total} positions");
+            assert_eq!(host(&fv.multiply(Array::from_f32(-1.0)).unwrap()), want);
+        };
+        write(&mut cache, &mut written, 20, 0);
+        assert_eq!(capacity(&cache), 20, "a prompt is stored as it is");
+        write(&mut cache, &mut written, 1, 1);
+        let steady = window + REWIND_SLACK + SLIDING_ROOM;
+        assert_eq!(capacity(&cache), steady, "then room for steps");
+        let mut snapshot = None;
+        for step in 2..(3 * steady as u64) {
+            write(&mut cache, &mut written, 1, step);
+            assert_eq!(
+                capacity(&cache),
+                steady,
+                "step {step}: the buffers keep their size"
+            );
+            assert_eq!(cache.held(), (20 + step as usize - 1).min(keep) + 1);
+            if step == 100 {
+                snapshot = Some((cache.clone(), concatenate(&written, 2).unwrap()));
+            }
+        }
+        // A rewind within reach drops the newest positions; the next writes go over them.
+        cache.trim(REWIND_SLACK).unwrap();
+        assert_eq!(cache.held(), window, "the window is still whole");
+        assert!(!cache.can_trim(1 + 1), "not more than the slack");
+        let all = concatenate(&written, 2).unwrap();
+        let mut kept = vec![all.index((.., .., ..all.shape()[2] - REWIND_SLACK as i32, ..))];
+        for step in 0..(2 * SLIDING_ROOM as u64) {
+            write(&mut cache, &mut kept, 1, 1000 + step);
+        }
+        // A prompt chunk longer than the room gets buffers of its own, then decoding goes on.
+        write(&mut cache, &mut kept, 100, 2000);
+        assert_eq!(capacity(&cache), keep + 100 + SLIDING_ROOM);
+        for step in 0..(3 * SLIDING_ROOM as u64) {
+            write(&mut cache, &mut kept, 1, 3000 + step);
+        }
+        assert_eq!(capacity(&cache), steady);
+        // A snapshot taken earlier still holds what it held.
+        let (snap, snap_all) = snapshot.unwrap();
+        let (k, _) = snap.buffer().fetch(None).unwrap();
+        let total = snap_all.shape()[2];
+        let want = snap_all.index((.., .., total - snap.held() as i32.., ..));
+        assert_eq!(host(&k), host(&want));
     }
 
     #[test]

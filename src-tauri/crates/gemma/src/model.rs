@@ -146,11 +146,11 @@ impl Model {
 
     /// Bytes the caches of one conversation hold after `positions` tokens, the last decoded:
     /// keys and values of every cache-owning layer (a full layer's buffers have room up to the
-    /// next multiple of `cache::FULL_STEP` positions; a sliding layer holds at most its window
-    /// and the rewind slack; during a prefill, briefly, a chunk more), in the activation dtype
-    /// or quantized as the layer stores them. Right after a prompt a full layer holds just its
-    /// positions, less than this. What deciding how many answers fit in memory at
-    /// once needs (the engine's batching).
+    /// next multiple of `cache::FULL_STEP` positions; a sliding layer's hold its window, the
+    /// rewind slack and `cache::SLIDING_ROOM`; after a long prefill chunk, for a few steps, the
+    /// chunk more), in the activation dtype or quantized as the layer stores them. Right after
+    /// a prompt a layer holds just its positions, less than this. What deciding how many
+    /// answers fit in memory at once needs (the engine's batching).
     pub fn kv_bytes(&self, positions: usize) -> usize {
         let text = &self.config.text;
         let dtype_bytes = match self.dtype() {
@@ -166,7 +166,9 @@ impl Model {
                         positions.div_ceil(crate::cache::FULL_STEP) * crate::cache::FULL_STEP
                     }
                     crate::config::AttentionKind::Sliding => {
-                        positions.min(text.sliding_window + crate::cache::REWIND_SLACK)
+                        text.sliding_window
+                            + crate::cache::REWIND_SLACK
+                            + crate::cache::SLIDING_ROOM
                     }
                 };
                 // Quantized: packed bits plus a scale and a bias (in the dtype) per group.

@@ -278,8 +278,9 @@ fn kv_bytes_is_what_the_caches_hold_plain_and_quantized() {
             let out = model.forward(&ids, &[], &mut caches, Some(1)).unwrap();
             out.eval().unwrap();
             positions += chunk;
-            // After a prompt a full cache holds just its positions; from the first decoded
-            // token on, room up to the next multiple of FULL_STEP.
+            // After a prompt a cache holds just its positions; from the first decoded token
+            // on, room: a full cache's up to the next multiple of FULL_STEP, a sliding cache's
+            // up to window + REWIND_SLACK + SLIDING_ROOM.
             if chunk == 1 {
                 assert_eq!(
                     model.kv_bytes(positions),
