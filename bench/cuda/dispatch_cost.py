@@ -86,20 +86,26 @@ def chains(n):
     }
 
 
+def time_chain(end):
+    """Seconds to dispatch the lazy graph ending at `end` (`async_eval`) and to its completion,
+    with nothing else in flight."""
+    mx.synchronize()
+    t0 = time.perf_counter()
+    mx.async_eval(end)
+    t1 = time.perf_counter()
+    mx.synchronize()
+    return t1 - t0, time.perf_counter() - t0
+
+
 def measure(start, step, per, n, reps):
     hosts, totals = [], []
     for _ in range(reps + 1):  # the first is the warm-up (kernel compilation, allocations)
         a = start
         for _ in range(n // per):
             a = step(a)
-        mx.synchronize()
-        t0 = time.perf_counter()
-        mx.async_eval(a)
-        t1 = time.perf_counter()
-        mx.synchronize()
-        t2 = time.perf_counter()
-        hosts.append((t1 - t0) / (n // per) / per * 1e6)
-        totals.append((t2 - t0) / (n // per) / per * 1e6)
+        host, total = time_chain(a)
+        hosts.append(host / (n // per) / per * 1e6)
+        totals.append(total / (n // per) / per * 1e6)
     return statistics.median(hosts[1:]), statistics.median(totals[1:])
 
 
