@@ -200,13 +200,15 @@ fn rows_through_the_compiled_step_are_each_what_they_are_alone_and_traced_once_p
 
 #[test]
 fn rows_multiplied_as_one_padded_matrix_are_each_what_they_are_alone() {
-    // (`Tuning::matrix_rows`, CUDA's default: the quantized layers see one matrix of 8 rows.)
+    // (CUDA's defaults: the quantized layers see one matrix of 8 rows, `Tuning::matrix_rows`,
+    // and each row's attention scores one query head per row under the rows' mask.)
     let model = Model::load(
         &common::fixture("tiny"),
         &LoadOptions {
             dtype: Some(Dtype::Float32),
             tuning: Tuning {
                 matrix_rows: 8,
+                decode_attention: gemma::tuning::DecodeAttention::HeadScores,
                 compiled_decode: false,
                 ..Tuning::for_backend()
             },
