@@ -19,6 +19,17 @@ use mlx_rs::{Array, Dtype};
 const STEPS: usize = 64;
 const SLIDING_STEPS: usize = 512;
 
+/// Milliseconds of each of `n` calls of `step`.
+fn time_steps(n: usize, mut step: impl FnMut()) -> Vec<f64> {
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            step();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect()
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -44,24 +55,18 @@ fn main() {
             .update_and_fetch(prompt.clone(), prompt.clone())
             .unwrap();
         eval(cache.arrays()).unwrap();
-        let mut in_place = Vec::new();
-        for _ in 0..STEPS + 1 {
-            let t = Instant::now();
+        let in_place = time_steps(STEPS + 1, || {
             cache.update_and_fetch(one(), one()).unwrap();
             eval(cache.arrays()).unwrap();
-            in_place.push(t.elapsed().as_secs_f64() * 1e3);
-        }
+        });
         // The same history, concatenated every step.
         let (mut k, mut v): (Array, Array) = (prompt.clone(), prompt);
         eval([&k, &v]).unwrap();
-        let mut joined = Vec::new();
-        for _ in 0..STEPS + 1 {
-            let t = Instant::now();
+        let joined = time_steps(STEPS + 1, || {
             k = concatenate(&[&k, &one()], 2).unwrap();
             v = concatenate(&[&v, &one()], 2).unwrap();
             eval([&k, &v]).unwrap();
-            joined.push(t.elapsed().as_secs_f64() * 1e3);
-        }
+        });
         let (a, b) = (median(in_place), median(joined));
         println!("{len:>9}  {a:>11.3}  {b:>15.3}  {:>5.1}", b / a);
     }
@@ -79,13 +84,10 @@ fn sliding() {
         .update_and_fetch(prompt.clone(), prompt.clone())
         .unwrap();
     eval(cache.arrays()).unwrap();
-    let mut in_place = Vec::new();
-    for _ in 0..SLIDING_STEPS {
-        let t = Instant::now();
+    let in_place = time_steps(SLIDING_STEPS, || {
         cache.update_and_fetch(one(), one()).unwrap();
         eval(cache.arrays()).unwrap();
-        in_place.push(t.elapsed().as_secs_f64() * 1e3);
-    }
+    });
     // As before: keep the last `window − 1 + slack` positions, join the new one.
     let tail = |a: &Array| {
         use mlx_rs::ops::indexing::IndexOp;
@@ -94,14 +96,11 @@ fn sliding() {
     };
     let (mut k, mut v): (Array, Array) = (tail(&prompt), tail(&prompt));
     eval([&k, &v]).unwrap();
-    let mut joined = Vec::new();
-    for _ in 0..SLIDING_STEPS {
-        let t = Instant::now();
+    let joined = time_steps(SLIDING_STEPS, || {
         k = concatenate(&[&tail(&k), &one()], 2).unwrap();
         v = concatenate(&[&tail(&v), &one()], 2).unwrap();
         eval([&k, &v]).unwrap();
-        joined.push(t.elapsed().as_secs_f64() * 1e3);
-    }
+    });
     let (a, b) = (mean(in_place), mean(joined));
     println!("sliding (window {window}, mean of {SLIDING_STEPS} steps)  in place {a:.3} ms  joined {b:.3} ms  ratio {:.1}", b / a);
 }

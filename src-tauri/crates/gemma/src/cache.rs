@@ -36,6 +36,18 @@ pub const REWIND_SLACK: usize = 64;
 /// SLIDING_ROOM` positions, unless a prompt chunk needs more.
 pub const SLIDING_ROOM: usize = 64;
 
+/// Positions a full cache's buffers have room for once they hold `len`: the next multiple of
+/// [`FULL_STEP`].
+pub fn full_capacity(len: usize) -> usize {
+    len.div_ceil(FULL_STEP) * FULL_STEP
+}
+
+/// Positions a sliding cache's buffers have room for while decoding: its window, the rewind
+/// slack and [`SLIDING_ROOM`].
+pub fn sliding_capacity(window: usize) -> usize {
+    window + REWIND_SLACK + SLIDING_ROOM
+}
+
 /// One owning layer's cache. A clone shares the (immutable) arrays: it is a snapshot the
 /// original's later appends do not change.
 #[derive(Clone)]
@@ -164,15 +176,18 @@ impl Buffer {
         Ok(())
     }
 
-    /// Room new buffers get after `len` positions: a full cache's grow to the next multiple of
-    /// [`FULL_STEP`]; a sliding cache's (`keep_last` = `window − 1 + REWIND_SLACK`) to `window +
-    /// REWIND_SLACK + SLIDING_ROOM`, or by `SLIDING_ROOM` when a prompt chunk made them longer.
+    /// Room new buffers get after `len` positions: a full cache's grow to [`full_capacity`]; a
+    /// sliding cache's (`keep_last` = `window − 1 + REWIND_SLACK`) to [`sliding_capacity`], or
+    /// by `SLIDING_ROOM` when a prompt chunk made them longer.
     fn room_after(len: usize, keep_last: Option<usize>) -> usize {
         match keep_last {
-            None => len.div_ceil(FULL_STEP) * FULL_STEP - len,
-            Some(keep) => (keep + 1 + SLIDING_ROOM)
-                .saturating_sub(len)
-                .max(SLIDING_ROOM),
+            None => full_capacity(len) - len,
+            Some(keep) => {
+                let window = keep + 1 - REWIND_SLACK;
+                sliding_capacity(window)
+                    .saturating_sub(len)
+                    .max(SLIDING_ROOM)
+            }
         }
     }
 }

@@ -145,12 +145,11 @@ impl Model {
     }
 
     /// Bytes the caches of one conversation hold after `positions` tokens, the last decoded:
-    /// keys and values of every cache-owning layer (a full layer's buffers have room up to the
-    /// next multiple of `cache::FULL_STEP` positions; a sliding layer's hold its window, the
-    /// rewind slack and `cache::SLIDING_ROOM`; after a long prefill chunk, for a few steps, the
-    /// chunk more), in the activation dtype or quantized as the layer stores them. Right after
-    /// a prompt a layer holds just its positions, less than this. What deciding how many
-    /// answers fit in memory at once needs (the engine's batching).
+    /// keys and values of every cache-owning layer (a full layer's buffers have room up to
+    /// `cache::full_capacity`, a sliding layer's `cache::sliding_capacity`; after a long
+    /// prefill chunk, for a few steps, the chunk more), in the activation dtype or quantized as
+    /// the layer stores them. Right after a prompt a layer holds just its positions, less than
+    /// this. What deciding how many answers fit in memory at once needs (the engine's batching).
     pub fn kv_bytes(&self, positions: usize) -> usize {
         let text = &self.config.text;
         let dtype_bytes = match self.dtype() {
@@ -162,13 +161,9 @@ impl Model {
             .filter(|l| l.owns_kv())
             .map(|l| {
                 let held = match l.kind {
-                    crate::config::AttentionKind::Full => {
-                        positions.div_ceil(crate::cache::FULL_STEP) * crate::cache::FULL_STEP
-                    }
+                    crate::config::AttentionKind::Full => crate::cache::full_capacity(positions),
                     crate::config::AttentionKind::Sliding => {
-                        text.sliding_window
-                            + crate::cache::REWIND_SLACK
-                            + crate::cache::SLIDING_ROOM
+                        crate::cache::sliding_capacity(text.sliding_window)
                     }
                 };
                 // Quantized: packed bits plus a scale and a bias (in the dtype) per group.

@@ -478,9 +478,17 @@ fn step_graph(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::Value>
     eval_with_caches(&caches, &y)?;
     let logits = model.decode(&y, &mut caches)?;
     let next = sampler.sample(&logits, &none)?;
-    let mut outputs: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
-    outputs.push(&next);
-    graph_kinds(&outputs)
+    graph_kinds(&with_caches(&caches, [&next]))
+}
+
+/// What evaluating a step means: its `outputs` and the caches it wrote.
+fn with_caches<'a>(
+    caches: &'a [gemma::KvCache],
+    outputs: impl IntoIterator<Item = &'a Array>,
+) -> Vec<&'a Array> {
+    let mut all: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
+    all.extend(outputs);
+    all
 }
 
 /// The primitives MLX would evaluate for `outputs`, by kind, read from MLX's DOT export.
@@ -967,12 +975,11 @@ fn round_parts(
         let mut c = caches.clone();
         let logits = model.forward_array(&Array::from_slice(&ids[..1], &[1]), &mut c, None)?;
         let y = argmax_axis(&logits, -1, None)?;
+        let outs = with_caches(&c, [&y]);
         if step_graph.is_none() {
-            let mut outs: Vec<&Array> = c.iter().flat_map(|x| x.arrays()).collect();
-            outs.push(&y);
             step_graph = Some(graph_kinds(&outs)?);
         }
-        eval_with_caches(&c, &y)?;
+        mlx_rs::transforms::eval(outs)?;
         Ok(())
     })?;
     let mut verify_graph = None;
@@ -981,8 +988,7 @@ fn round_parts(
         let (h, logits) =
             model.forward_array_with_hidden(&Array::from_slice(&ids, &[block as i32]), &mut c)?;
         let y = argmax_axis(&logits, -1, None)?;
-        let mut outs: Vec<&Array> = c.iter().flat_map(|x| x.arrays()).collect();
-        outs.extend([&y, &h]);
+        let outs = with_caches(&c, [&y, &h]);
         if verify_graph.is_none() {
             verify_graph = Some(graph_kinds(&outs)?);
         }
