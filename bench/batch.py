@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import HERE, ROOT, append_entry, commit, machine, run_worker
+from bench import HERE, ROOT, append_entry, commit, machine, run_worker, steal_line
 
 REFERENCE = HERE / "reference_worker.py"
 CORPUS = ROOT / "tests" / "fixtures" / "corpus.txt"
@@ -92,12 +92,21 @@ def main(argv: list[str] | None = None) -> None:
     def tps(name: str, n: int) -> float:
         return statistics.median(r["aggregate"][str(n)]["tokens_per_second"] for r in runs[name])
 
+    def scaling(name: str, n: int) -> float:
+        """× the first stream count, taken within each process (which cancels the host's speed,
+        that changes from process to process) and then the median over processes."""
+        first = str(args.streams[0])
+        return statistics.median(
+            r["aggregate"][str(n)]["tokens_per_second"] / r["aggregate"][first]["tokens_per_second"]
+            for r in runs[name]
+        )
+
     rows = ["| streams | ours tok/s | × ours at 1 | mlx-vlm tok/s | × mlx-vlm at 1 | ours / mlx-vlm |",
             "|---:|---:|---:|---:|---:|---:|"]
     for n in args.streams:
         rows.append(
-            f"| {n} | {tps('ours', n):.1f} | {tps('ours', n) / tps('ours', args.streams[0]):.2f} "
-            f"| {tps('ref', n):.1f} | {tps('ref', n) / tps('ref', args.streams[0]):.2f} "
+            f"| {n} | {tps('ours', n):.1f} | {scaling('ours', n):.2f} "
+            f"| {tps('ref', n):.1f} | {scaling('ref', n):.2f} "
             f"| {tps('ours', n) / tps('ref', n):.2f} |"
         )
     if args.ab:
@@ -116,6 +125,18 @@ def main(argv: list[str] | None = None) -> None:
         f"disabled; {args.reps} repetition(s), medians (`bench/batch.py`)\n"
         f"- the window's time to first token ({args.window_words}-word message): idle {idle:,.0f} ms, "
         f"while four API answers are written {loaded:,.0f} ms (× {loaded / idle:.2f})\n"
+        + f"- × at {args.streams[0]}: within each process, then the median over processes. Each "
+        f"process's aggregate tok/s by streams, in the order they ran: "
+        + "; ".join(
+            f"{label} " + ", ".join(
+                "/".join(f"{r['aggregate'][str(n)]['tokens_per_second']:.0f}" for n in args.streams)
+                for r in runs[name]
+            )
+            for label, name in (("ours", "ours"), ("mlx-vlm", "ref"), ("A/B", "each"))
+            if name in runs
+        )
+        + "\n"
+        + steal_line({"ours": runs["ours"], "mlx-vlm": runs["ref"], **({"A/B": runs["each"]} if args.ab else {})})
         + (f"- note: {args.note}\n" if args.note else "")
         + "\n" + "\n".join(rows) + "\n"
     )

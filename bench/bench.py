@@ -86,16 +86,53 @@ def append_entry(results: Path, entry: str) -> None:
     results.write_text(existing.rstrip("\n") + "\n\n" + entry)
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """(stolen, all) clock ticks of every core so far, from /proc/stat's first line; None where
+    there is none (macOS). "Stolen" is time the hypervisor gave this machine's cores to others."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal [guest guest_nice: already in user/nice]
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of all cores' time stolen by the hypervisor between two `cpu_ticks` readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return 100.0 * (after[0] - before[0]) / (after[1] - before[1])
+
+
+def steal_line(runs: dict[str, list[dict]]) -> str:
+    """The results entry's line of the time stolen by the hypervisor during each process, in the
+    order they ran within each engine; empty where the host does not report it."""
+    parts = []
+    for name, results in runs.items():
+        values = [r.get("host_steal_pct") for r in results]
+        if values and all(v is not None for v in values):
+            parts.append(f"{name} " + ", ".join(f"{v:.1f}" for v in values))
+    if not parts:
+        return ""
+    return "- cores' time stolen by the hypervisor during each process (%): " + "; ".join(parts) + "\n"
+
+
 def run_worker(command: list[str], raw: Path, tag: str, engine: str, attempts: int = 3) -> dict:
     """Runs one worker process; a process that fails is started again (at most `attempts` in
-    all), and every failure is kept for the results entry: a crash is reported, never hidden."""
+    all), and every failure is kept for the results entry: a crash is reported, never hidden.
+    The result gains `host_steal_pct`: the cores' time stolen by the hypervisor while it ran
+    (this host's speed changes from process to process; docs/BENCHMARK.md §10)."""
     for attempt in range(attempts):
+        before = cpu_ticks()
         result = subprocess.run(command, capture_output=True, text=True)
+        stolen = steal_pct(before, cpu_ticks())
         (raw / f"{tag}.stderr").write_text(result.stderr)
         if result.returncode == 0:
             line = [ln for ln in result.stdout.splitlines() if ln.startswith("{")][-1]
             (raw / f"{tag}.json").write_text(line)
-            return json.loads(line)
+            parsed = json.loads(line)
+            parsed["host_steal_pct"] = stolen
+            return parsed
         (raw / f"{tag}.failed{attempt}.stderr").write_text(result.stderr)
         cause = next((ln for ln in result.stderr.splitlines() if ln.startswith("Error")), "")
         FAILURES.setdefault(engine, []).append(f"{tag}: exit {result.returncode} {cause[:200]}")
@@ -328,6 +365,7 @@ def main(argv: list[str] | None = None) -> None:
         header += "- prefill from an empty cache, ms by prompt length (ours / mlx-vlm): " + ", ".join(
             f"{n}: {ours_curve[n]:.1f} / {ref_curve[n]:.1f}" for n in ours_curve if n in ref_curve
         ) + "\n"
+    header += steal_line({"ours": runs["ours"], "mlx-vlm": runs["ref"], **({"A/B": runs["ab"]} if args.ab else {})})
     for name, failures in FAILURES.items():
         header += f"- {name}: {len(failures)} worker process(es) failed and were run again: {'; '.join(failures)}\n"
     clips = runs["ours"][0].get("audio", [])

@@ -25,6 +25,16 @@ DRAFTER=$MODEL-assistant
 [ -f "$DRAFTER/config.json" ] || "$PY" tests/fixtures/make_drafter.py --target "$MODEL" --out "$DRAFTER"
 "$PY" bench/reference_worker.py prepare --model "$MODEL" --out "$OUT/plan.json" --decode 128 --decode-prompt 512 >/dev/null
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+# The share of all cores' time the hypervisor stole while a process ran (/proc/stat's steal
+# column; docs/BENCHMARK.md §10), added to its JSON line as host_steal_pct.
+ticks() { awk '/^cpu /{print $9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
+stolen() {
+  local before after line
+  before=$(ticks); line=$("$@"); after=$(ticks)
+  local pct
+  pct=$(echo "$before $after" | awk '{d=$4-$2; printf "%.2f", (d > 0 ? 100 * ($3-$1) / d : 0)}')
+  echo "$line" | sed "s/^{/{\"host_steal_pct\":$pct,/"
+}
 ours() {
   local rows=()
   [[ $1 == *v* ]] && rows=(--vector-rows "${1#*v}")
@@ -37,8 +47,9 @@ for BLOCK in $BLOCKS; do
   : > "$LOG"
   for i in $(seq 1 "$REPS"); do
     if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-500}" ]; then echo "block $BLOCK: budget reached after $((i - 1)) repetitions"; break; fi
-    if [[ $BLOCK == *[vm]* ]]; then ours "$BLOCK" >> "$LOG"   # our variant alone: mlx-vlm ran for the plain block
-    elif [ $((i % 2)) -eq 1 ]; then ours "$BLOCK" >> "$LOG"; ref "$BLOCK" >> "$LOG"; else ref "$BLOCK" >> "$LOG"; ours "$BLOCK" >> "$LOG"; fi
+    if [[ $BLOCK == *[vm]* ]]; then stolen ours "$BLOCK" >> "$LOG"   # our variant alone: mlx-vlm ran for the plain block
+    elif [ $((i % 2)) -eq 1 ]; then stolen ours "$BLOCK" >> "$LOG"; stolen ref "$BLOCK" >> "$LOG"
+    else stolen ref "$BLOCK" >> "$LOG"; stolen ours "$BLOCK" >> "$LOG"; fi
     echo "block $BLOCK, repetition $i: $(( $(date +%s) - START )) s"
   done
 done
