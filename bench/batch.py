@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bench import HERE, ROOT, append_entry, commit, machine, run_worker, steal_line
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ab", default="",
                    help="also run ours with these extra arguments (e.g. '--rows-each' or "
                         "'--matrix-rows 0'), for A/B in the same run")
+    p.add_argument("--deadline", type=float,
+                   help="Unix time by which the run must end: a repetition that would overrun it is not started")
     args = p.parse_args(argv)
 
     raw = Path(tempfile.mkdtemp(prefix="gemma-desk-batch-"))
@@ -84,10 +87,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.ab:
         runs["each"] = []
         engines.append(("each", [*ours_cmd, *args.ab.split()]))
+    longest = 0.0
     for rep in range(args.reps):
+        began = time.time()
+        if rep > 0 and args.deadline is not None and began + longest > args.deadline:
+            print(f"deadline: stopping after {rep} of {args.reps} repetitions", file=sys.stderr)
+            break
         order = engines
         for name, cmd in order if rep % 2 == 0 else order[::-1]:
             runs[name].append(run_worker(cmd, raw, f"{name}{rep}", "ref" if name == "ref" else "ours"))
+        longest = max(longest, time.time() - began)
 
     def tps(name: str, n: int) -> float:
         return statistics.median(r["aggregate"][str(n)]["tokens_per_second"] for r in runs[name])
@@ -122,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
         f"- machine: {machine()}\n- commit: {commit()}\n"
         f"- dtype: ours {runs['ours'][0]['dtype']}, mlx-vlm {runs['ref'][0]['dtype']}; "
         f"{args.prompt}-token prompt per stream, {args.decode} tokens each, greedy, end of sequence "
-        f"disabled; {args.reps} repetition(s), medians (`bench/batch.py`)\n"
+        f"disabled; {len(runs['ours'])} repetition(s), medians (`bench/batch.py`)\n"
         f"- the window's time to first token ({args.window_words}-word message): idle {idle:,.0f} ms, "
         f"while four API answers are written {loaded:,.0f} ms (× {loaded / idle:.2f})\n"
         + f"- × at {args.streams[0]}: within each process, then the median over processes. Each "
