@@ -10,7 +10,8 @@
 # mode and mlx-vlm's (`reference_worker.py mtp`), alternating which goes first, for each block
 # size (default 4; `4v8`: block 4 with our `--vector-rows 8`, `4m0` with our `--matrix-rows 0`;
 # such a variant runs our worker alone). One JSON object per process goes to $OUT/mtp-BLOCK.jsonl;
-# `bench/mtp_summary.py` turns each into a results table.
+# `bench/mtp_summary.py` turns each into a results table. Each line carries host_steal_pct; with
+# TRACE=1 one more process of ours runs under apitrace.c (see the end).
 set -euo pipefail
 START=$(date +%s)
 CARRY=$(cd "$1" && pwd)
@@ -53,3 +54,17 @@ for BLOCK in $BLOCKS; do
     echo "block $BLOCK, repetition $i: $(( $(date +%s) - START )) s"
   done
 done
+# TRACE=1: one more process of ours (the first block) under apitrace.c, its table in
+# $OUT/mtp-trace.tsv and its round's parts summarized (a traced run's times attribute, they do not
+# measure: a callback wraps every CUDA call). Each part is called 22 times.
+if [ "${TRACE:-0}" = 1 ]; then
+  BLOCK=${BLOCKS%% *}
+  gcc -O2 -shared -fPIC -o /tmp/libapitrace.so bench/cuda/apitrace.c -ldl -lpthread 2>/dev/null \
+    || cp "$CARRY/libapitrace.so" /tmp/libapitrace.so
+  # Only the worker under the trace (each traced process writes its table at exit).
+  env LD_PRELOAD=/tmp/libapitrace.so CUDA_INJECTION64_PATH=/tmp/libapitrace.so \
+    APITRACE_PHASES=/tmp/apitrace-phase APITRACE_OUT="$OUT/mtp-trace.tsv" \
+    /tmp/gemma-desk-bench --plan "$OUT/plan.json" --mtp "$DRAFTER" --mtp-block "${BLOCK%%[vm]*}" \
+    > "$OUT/mtp-trace.json" 2> "$OUT/mtp-trace.err" || { echo "traced run failed"; tail -5 "$OUT/mtp-trace.err"; }
+  "$PY" bench/cuda/summarize.py --trace "$OUT/mtp-trace.tsv" parts- mtp-accept-3 mtp-warm-up
+fi

@@ -1,4 +1,6 @@
 """One worker run of bench/cuda/variants.sh in a few lines: summarize.py RUN.json LABEL SECONDS.
+An apitrace.c table alone, for the phases whose names start with the prefixes given:
+summarize.py --trace RUN.tsv PREFIX... (run_mtp_on_device.sh's traced run: parts-step, …).
 
 With RUN.tsv beside it (an apitrace.c table), also, in the main steps: the host's time in
 CUDA's runtime (r) and driver (d), cuBLASLt (l) and NVRTC (n) with the five costliest functions;
@@ -15,6 +17,9 @@ STEPS = ("warm-up", "prefill-512", "decode", "follow-up", "sweep-0", "sweep-1")
 
 
 def main() -> None:
+    if sys.argv[1] == "--trace":
+        trace_summary(Path(sys.argv[2]), tuple(sys.argv[3:]))
+        return
     path, label, seconds = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     r = json.loads(path.read_text().strip().splitlines()[-1])
     d, f = r["decode"], r["followup"]
@@ -35,13 +40,18 @@ def main() -> None:
     print("  sweep " + " ".join(f"{x['tokens']}:{x['ms']:.1f}" for x in p.get("sweep", [])))
     print("  curve " + " ".join(f"{c['tokens']}:{c['ms']:.1f} (first {c['first_ms']:.0f})" for c in r["prefill_curve"]))
     trace = path.with_suffix(".tsv")
-    if not trace.exists():
-        return
+    if trace.exists():
+        trace_summary(trace, STEPS)
+
+
+def trace_summary(trace: Path, steps: tuple[str, ...]) -> None:
+    """Per phase starting with one of `steps`: the host's time by domain with its costliest
+    functions, the GPU's costliest kernels, and slow cuBLASLt heuristic queries."""
     by_step = collections.defaultdict(list)
     for row in csv.DictReader(trace.open(), delimiter="\t"):
         by_step[(int(row["order"]), row["phase"])].append(row)
     for (_, step), rows in sorted(by_step.items()):
-        if not step.startswith(STEPS):
+        if not step.startswith(steps):
             continue
         rows.sort(key=lambda row: -float(row["total_ms"]))
         # By domain (a runtime call's own driver calls are also counted under d:).

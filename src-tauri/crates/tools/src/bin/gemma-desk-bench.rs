@@ -970,7 +970,10 @@ fn round_parts(
         Ok(median(&mut ms))
     };
     // Each one's primitives, from its first call.
+    // Each part under its own phase, so that a traced run (bench/cuda/apitrace.c) tells the
+    // host's and the GPU's time of a step, a verify and a draft block apart (22 calls each).
     let mut step_graph = None;
+    phase("parts-step");
     let step = time(&mut || {
         let mut c = caches.clone();
         let logits = model.forward_array(&Array::from_slice(&ids[..1], &[1]), &mut c, None)?;
@@ -983,6 +986,7 @@ fn round_parts(
         Ok(())
     })?;
     let mut verify_graph = None;
+    phase("parts-verify");
     let verify = time(&mut || {
         let mut c = caches.clone();
         let (h, logits) =
@@ -997,6 +1001,7 @@ fn round_parts(
     })?;
     let window = model.config().text.sliding_window;
     let view = engine::speculative::sliding_view(kv, window, false, false, true);
+    phase("parts-draft");
     let draft = time(&mut || {
         let donor = engine::speculative::donor_kv(&caches, drafter, view, kv)?;
         let mut token = Array::from_slice(&ids[..1], &[1]);
