@@ -72,7 +72,9 @@ pub fn run(plan: &Plan, load: &LoadOptions) -> Result<Value> {
     m.warm_up()?;
     let mut aggregate = serde_json::Map::new();
     for &n in &plan.streams {
+        crate::phase(&format!("batch-warm-{n}"));
         decode_together(&m, &plan.prompts[..n], 4)?;
+        crate::phase(&format!("batch-{n}"));
         let (tokens, secs) = decode_together(&m, &plan.prompts[..n], plan.decode)?;
         eprintln!(
             "batch: {n} streams: {:.1} tok/s together",
@@ -85,6 +87,7 @@ pub fn run(plan: &Plan, load: &LoadOptions) -> Result<Value> {
     }
     let dtype = format!("{:?}", m.model.dtype()).to_lowercase();
     drop(m);
+    crate::phase("window");
     let (idle, loaded) = window_under_load(plan, load)?;
     Ok(json!({
         "engine": "gemma-desk",

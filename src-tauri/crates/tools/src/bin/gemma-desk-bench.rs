@@ -26,6 +26,7 @@ use engine::template::{Message, Part, Role};
 use engine::worker::{LoadedModel, Prompt};
 use gemma::tuning::{DecodeAttention, DenseFrom as DenseFromRows};
 use gemma::{LoadOptions, Tuning};
+use tools::phase;
 use mlx_rs::{Array, Dtype};
 
 #[derive(Parser)]
@@ -341,27 +342,6 @@ fn first_token(
     let mut sampler = Sampler::new(SamplerConfig::greedy())?;
     let y = sampler.sample(&logits, &no_history())?;
     Ok((caches, sampler, y))
-}
-
-/// Names the step the bench is in, for `bench/cuda/apitrace.c` (which reads the file named by
-/// `APITRACE_PHASES`); nothing happens when the variable is unset.
-fn phase(name: &str) {
-    use std::os::unix::fs::FileExt;
-    let Some(path) = std::env::var_os("APITRACE_PHASES") else {
-        return;
-    };
-    let mut record = [0u8; 64];
-    let n = name.len().min(63);
-    record[..n].copy_from_slice(&name.as_bytes()[..n]);
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .and_then(|f| f.write_all_at(&record, 0));
-    if let Err(e) = written {
-        eprintln!("APITRACE_PHASES={}: {e}", path.to_string_lossy());
-    }
 }
 
 /// The greedy sampler's (unused) token history.
