@@ -145,6 +145,11 @@ def main(argv: list[str] | None = None) -> None:
             if name in runs
         )
         + "\n"
+        + "- our tuning as the worker reported it (an A/B flag must change it): " + "; ".join(
+            f"{label} matrix_rows {runs[name][0].get('matrix_rows')}, batched_rows "
+            f"{runs[name][0].get('batched_rows')}, attention {runs[name][0].get('decode_attention')}"
+            for label, name in (("ours", "ours"), ("A/B", "each")) if name in runs)
+        + "\n"
         + steal_line({"ours": runs["ours"], "mlx-vlm": runs["ref"], **({"A/B": runs["each"]} if args.ab else {})})
         + (f"- note: {args.note}\n" if args.note else "")
         + "\n" + "\n".join(rows) + "\n"

@@ -95,6 +95,10 @@ pub fn run(plan: &Plan, load: &LoadOptions) -> Result<Value> {
         "decode": plan.decode,
         "prompt_tokens": plan.prompts.first().map_or(0, Vec::len),
         "aggregate": aggregate,
+        // What an A/B flag of the bench changed (it must reach the model: tuning_from).
+        "matrix_rows": load.tuning.matrix_rows,
+        "batched_rows": load.tuning.batched_rows,
+        "decode_attention": format!("{:?}", load.tuning.decode_attention),
         "window_ttft_idle_ms": idle,
         "window_ttft_loaded_ms": loaded,
     }))

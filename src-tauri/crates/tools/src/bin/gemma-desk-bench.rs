@@ -26,8 +26,8 @@ use engine::template::{Message, Part, Role};
 use engine::worker::{LoadedModel, Prompt};
 use gemma::tuning::{DecodeAttention, DenseFrom as DenseFromRows};
 use gemma::{LoadOptions, Tuning};
-use tools::phase;
 use mlx_rs::{Array, Dtype};
+use tools::phase;
 
 #[derive(Parser)]
 #[command(
@@ -579,42 +579,9 @@ fn mlx_clear_cache() {
     unsafe { mlx_sys::mlx_clear_cache() };
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
-    let dtype = cli.dtype.map(|d| match d {
-        DtypeArg::Bfloat16 => Dtype::Bfloat16,
-        DtypeArg::Float32 => Dtype::Float32,
-    });
-    if let Some(model) = &cli.api_overhead {
-        let result = tools::api_overhead::run(&tools::api_overhead::Plan {
-            model,
-            load: LoadOptions {
-                dtype,
-                ..LoadOptions::default()
-            },
-            prompt_words: cli.api_prompt_words,
-            max_tokens: cli.api_max_tokens,
-            reps: cli.api_reps.max(1),
-        })?;
-        println!("{result}");
-        return Ok(());
-    }
-    if let Some(path) = &cli.batch {
-        let plan = tools::batch::Plan::read(path)?;
-        let load = LoadOptions {
-            dtype,
-            ..LoadOptions::default()
-        };
-        println!("{}", tools::batch::run(&plan, &load)?);
-        return Ok(());
-    }
-    let plan_path = cli.plan.as_ref().context("--plan is required")?;
-    let plan: Plan = serde_json::from_str(
-        &std::fs::read_to_string(plan_path)
-            .with_context(|| format!("reading {}", plan_path.display()))?,
-    )
-    .context("parsing the plan")?;
-
+/// The engine's tuning for this backend with the command line's overrides: every mode (the
+/// plan, `--batch`, `--api-overhead`) loads with it, so that an A/B flag changes what it names.
+fn tuning_from(cli: &Cli) -> Tuning {
     let mut tuning = Tuning::for_backend();
     if let Some(DenseFrom(rows)) = cli.dense_from {
         tuning.dense_from = DenseFromRows::all(rows);
@@ -646,6 +613,48 @@ fn main() -> Result<()> {
     if let Some(compiled) = cli.compiled_decode {
         tuning.compiled_decode = compiled;
     }
+    tuning
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let dtype = cli.dtype.map(|d| match d {
+        DtypeArg::Bfloat16 => Dtype::Bfloat16,
+        DtypeArg::Float32 => Dtype::Float32,
+    });
+    let tuning = tuning_from(&cli);
+    if let Some(model) = &cli.api_overhead {
+        let result = tools::api_overhead::run(&tools::api_overhead::Plan {
+            model,
+            load: LoadOptions {
+                dtype,
+                tuning,
+                ..LoadOptions::default()
+            },
+            prompt_words: cli.api_prompt_words,
+            max_tokens: cli.api_max_tokens,
+            reps: cli.api_reps.max(1),
+        })?;
+        println!("{result}");
+        return Ok(());
+    }
+    if let Some(path) = &cli.batch {
+        let plan = tools::batch::Plan::read(path)?;
+        let load = LoadOptions {
+            dtype,
+            tuning,
+            ..LoadOptions::default()
+        };
+        println!("{}", tools::batch::run(&plan, &load)?);
+        return Ok(());
+    }
+    let plan_path = cli.plan.as_ref().context("--plan is required")?;
+    let plan: Plan = serde_json::from_str(
+        &std::fs::read_to_string(plan_path)
+            .with_context(|| format!("reading {}", plan_path.display()))?,
+    )
+    .context("parsing the plan")?;
+
     let options = LoadOptions {
         dtype,
         tuning,
