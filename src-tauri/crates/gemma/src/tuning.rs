@@ -40,11 +40,12 @@ pub struct Tuning {
     pub batched_rows: bool,
     /// Decode rows of several sequences (`[n, 1, in]`, n ≥ 2) are multiplied by a quantized
     /// layer as one matrix of at least this many rows, padded with zero rows (0: off, each
-    /// row a vector of its own, the kernel a lone step uses). MLX-CUDA 0.32.2 multiplies up to
-    /// 7 rows with its matrix-vector kernel, which reads the weights once per row (4 rows cost
-    /// ~3.1× one), and 8 rows or more with its tiled kernel, which reads them once (8 rows:
-    /// ~0.8–1.2× one row; bench/cuda/qmv_rows.py). The matrix kernel rounds differently, so
-    /// a row's bf16 logits then differ from its lone ones in the last bits.
+    /// row a vector of its own, the kernel a lone step uses). Off everywhere: on MLX-CUDA
+    /// 0.32.2 (H100) a padded matrix of 8 runs the tiled kernel at ~46 µs a product in the
+    /// model, ~3.6× a lone row's matrix-vector product, while n rows as vectors cost ~1.7×
+    /// (2 rows) to ~3.1× (4 rows) one; end to end 4 streams decoded 293 against 244 tok/s
+    /// (bench/results.md, 2026-12-06). The matrix kernel also rounds differently, so a row's
+    /// bf16 logits would differ from its lone ones in the last bits.
     pub matrix_rows: usize,
     /// Whether decode steps run as one MLX compiled function per shape (rows × buffer
     /// capacities), replayed step after step over the rows' buffers (`compiled.rs`), rather
@@ -116,7 +117,7 @@ impl Tuning {
                 _ => 2.4,
             },
             batched_rows: true,
-            matrix_rows: if cuda { 8 } else { 0 },
+            matrix_rows: 0,
             compiled_decode: false,
         }
     }

@@ -200,8 +200,9 @@ fn rows_through_the_compiled_step_are_each_what_they_are_alone_and_traced_once_p
 
 #[test]
 fn rows_multiplied_as_one_padded_matrix_are_each_what_they_are_alone() {
-    // (CUDA's defaults: the quantized layers see one matrix of 8 rows, `Tuning::matrix_rows`,
-    // and each row's attention scores one query head per row under the rows' mask.)
+    // (The quantized layers see one matrix of 8 rows, `Tuning::matrix_rows`, off by default
+    // since it measured slower on CUDA but kept for A/B, and each row's attention scores one
+    // query head per row under the rows' mask, CUDA's default.)
     let model = Model::load(
         &common::fixture("tiny"),
         &LoadOptions {
