@@ -42,7 +42,7 @@ pub struct Tuning {
     /// layer as one matrix of at least this many rows, padded with zero rows (0: off, each
     /// row a vector of its own, the kernel a lone step uses). Off everywhere: on MLX-CUDA
     /// 0.32.2 (H100) a padded matrix of 8 runs the tiled kernel at ~46 µs a product in the
-    /// model, ~3.6× a lone row's matrix-vector product, while n rows as vectors cost ~1.7×
+    /// model, ~3.5× a lone row's matrix-vector product, while n rows as vectors cost ~1.7×
     /// (2 rows) to ~3.1× (4 rows) one; end to end 4 streams decoded 293 against 244 tok/s
     /// (bench/results.md, 2026-12-06). The matrix kernel also rounds differently, so a row's
     /// bf16 logits would differ from its lone ones in the last bits.
