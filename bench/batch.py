@@ -27,6 +27,8 @@ from pathlib import Path
 from bench import HERE, ROOT, append_entry, commit, machine, run_worker, steal_line
 
 REFERENCE = HERE / "reference_worker.py"
+# The engines' names in the results entry: ours, the reference, ours with the `--ab` arguments.
+LABELS = {"ours": "ours", "ref": "mlx-vlm", "each": "A/B"}
 CORPUS = ROOT / "tests" / "fixtures" / "corpus.txt"
 
 
@@ -66,6 +68,8 @@ def main(argv: list[str] | None = None) -> None:
                         "'--matrix-rows 0'), for A/B in the same run")
     p.add_argument("--deadline", type=float,
                    help="Unix time by which the run must end: a repetition that would overrun it is not started")
+    p.add_argument("--write-plan", type=Path,
+                   help="only write the plan to this file and exit (for a worker run by hand or traced)")
     args = p.parse_args(argv)
 
     raw = Path(tempfile.mkdtemp(prefix="gemma-desk-batch-"))
@@ -77,8 +81,10 @@ def main(argv: list[str] | None = None) -> None:
         "window_words": args.window_words,
         "window_reps": args.window_reps,
     }
-    plan_path = raw / "plan.json"
+    plan_path = args.write_plan or raw / "plan.json"
     plan_path.write_text(json.dumps(plan))
+    if args.write_plan:
+        return
     dtype = ["--dtype", args.dtype] if args.dtype else []
     ours_cmd = [str(args.ours), "--batch", str(plan_path), *dtype]
     ref_cmd = [sys.executable, str(REFERENCE), "batch", "--plan", str(plan_path), *dtype]
@@ -123,6 +129,13 @@ def main(argv: list[str] | None = None) -> None:
         rows[1] += "---:|---:|"
         for k, n in enumerate(args.streams):
             rows[k + 2] += f" {tps('each', n):.1f} | {tps('ours', n) / tps('each', n):.2f} |"
+    def per_streams(r: dict) -> str:
+        return "/".join(f"{r['aggregate'][str(n)]['tokens_per_second']:.0f}" for n in args.streams)
+
+    def tuning(r: dict) -> str:
+        return (f"matrix_rows {r.get('matrix_rows')}, batched_rows {r.get('batched_rows')}, "
+                f"attention {r.get('decode_attention')}")
+
     idle = statistics.median(r["window_ttft_idle_ms"] for r in runs["ours"])
     loaded = statistics.median(r["window_ttft_loaded_ms"] for r in runs["ours"])
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -136,21 +149,11 @@ def main(argv: list[str] | None = None) -> None:
         f"while four API answers are written {loaded:,.0f} ms (× {loaded / idle:.2f})\n"
         + f"- × at {args.streams[0]}: within each process, then the median over processes. Each "
         f"process's aggregate tok/s by streams, in the order they ran: "
-        + "; ".join(
-            f"{label} " + ", ".join(
-                "/".join(f"{r['aggregate'][str(n)]['tokens_per_second']:.0f}" for n in args.streams)
-                for r in runs[name]
-            )
-            for label, name in (("ours", "ours"), ("mlx-vlm", "ref"), ("A/B", "each"))
-            if name in runs
-        )
+        + "; ".join(f"{LABELS[name]} " + ", ".join(map(per_streams, results)) for name, results in runs.items())
+        + "\n- our tuning as the worker reported it (an A/B flag must change it): "
+        + "; ".join(f"{LABELS[name]} {tuning(results[0])}" for name, results in runs.items() if name != "ref")
         + "\n"
-        + "- our tuning as the worker reported it (an A/B flag must change it): " + "; ".join(
-            f"{label} matrix_rows {runs[name][0].get('matrix_rows')}, batched_rows "
-            f"{runs[name][0].get('batched_rows')}, attention {runs[name][0].get('decode_attention')}"
-            for label, name in (("ours", "ours"), ("A/B", "each")) if name in runs)
-        + "\n"
-        + steal_line({"ours": runs["ours"], "mlx-vlm": runs["ref"], **({"A/B": runs["each"]} if args.ab else {})})
+        + steal_line({LABELS[name]: results for name, results in runs.items()})
         + (f"- note: {args.note}\n" if args.note else "")
         + "\n" + "\n".join(rows) + "\n"
     )

@@ -9,6 +9,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from bench import steal_line
+
 
 def med(rows, key):
     values = [key(r) for r in rows]
@@ -67,11 +69,7 @@ def main() -> None:
     if graphs:
         print(f"- ours, MLX primitives: plain step {graphs[0][0]}, verify of "
               f"{ours[0]['block_size']} rows {graphs[0][1]}")
-    steal = {e: [r["host_steal_pct"] for r in records if r.get("engine") == e and "host_steal_pct" in r]
-             for e in ("ours", "mlx-vlm")}
-    if any(steal.values()):
-        print("- cores' time stolen by the hypervisor during each process (%): "
-              + "; ".join(f"{e} " + ", ".join(f"{v:.1f}" for v in vs) for e, vs in steal.items() if vs))
+    print(steal_line({e: [r for r in records if r.get("engine") == e] for e in ("ours", "mlx-vlm")}), end="")
     stopped = {m.get("stopped") for m in ours}
     print(f"- ours, drafting's own stop: {stopped}")
 

@@ -28,6 +28,12 @@ export PYTHONPATH=$SITE CUDA_HOME=/usr/local/cuda
 if [ -z "${BENCH_COMMIT:-}" ] && [ -f "$CARRY/commit" ]; then
   BENCH_COMMIT=$(cat "$CARRY/commit"); export BENCH_COMMIT
 fi
+# apitrace.c (CUPTI tracing by phase), built here or carried: a traced process runs with
+# `env $APITRACE_ENV APITRACE_OUT=TABLE.tsv …` (variants.sh, run_mtp_on_device.sh TRACE=1,
+# trace_batch_on_device.sh).
+[ -f /tmp/libapitrace.so ] || gcc -O2 -shared -fPIC -o /tmp/libapitrace.so bench/cuda/apitrace.c -ldl -lpthread 2>/dev/null \
+  || cp "$CARRY/libapitrace.so" /tmp/libapitrace.so
+APITRACE_ENV="LD_PRELOAD=/tmp/libapitrace.so CUDA_INJECTION64_PATH=/tmp/libapitrace.so APITRACE_PHASES=/tmp/apitrace-phase"
 LD_LIBRARY_PATH=$SITE/mlx/lib:$(ls -d "$NVIDIA"/*/lib | tr '\n' ':')
 export LD_LIBRARY_PATH
 

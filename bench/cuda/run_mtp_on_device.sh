@@ -26,31 +26,25 @@ DRAFTER=$MODEL-assistant
 [ -f "$DRAFTER/config.json" ] || "$PY" tests/fixtures/make_drafter.py --target "$MODEL" --out "$DRAFTER"
 "$PY" bench/reference_worker.py prepare --model "$MODEL" --out "$OUT/plan.json" --decode 128 --decode-prompt 512 >/dev/null
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-# The share of all cores' time the hypervisor stole while a process ran (/proc/stat's steal
-# column; docs/BENCHMARK.md §10), added to its JSON line as host_steal_pct.
-ticks() { awk '/^cpu /{print $9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
-stolen() {
-  local before after line
-  before=$(ticks); line=$("$@"); after=$(ticks)
-  local pct
-  pct=$(echo "$before $after" | awk '{d=$4-$2; printf "%.2f", (d > 0 ? 100 * ($3-$1) / d : 0)}')
-  echo "$line" | sed "s/^{/{\"host_steal_pct\":$pct,/"
-}
+# One JSON line per process, tagged with its engine and the host's stolen time (bench/last_json.py).
 ours() {
   local rows=()
   [[ $1 == *v* ]] && rows=(--vector-rows "${1#*v}")
   [[ $1 == *m* ]] && rows=(--matrix-rows "${1#*m}")
-  /tmp/gemma-desk-bench --plan "$OUT/plan.json" --mtp "$DRAFTER" --mtp-block "${1%%[vm]*}" "${rows[@]}" | tail -1 | sed 's/^{/{"engine":"ours",/'
+  "$PY" bench/last_json.py ours /tmp/gemma-desk-bench --plan "$OUT/plan.json" --mtp "$DRAFTER" \
+    --mtp-block "${1%%[vm]*}" "${rows[@]}"
 }
-ref() { "$PY" bench/reference_worker.py mtp --plan "$OUT/plan.json" --drafter "$DRAFTER" --block "${1%%[vm]*}" | tail -1 | sed 's/^{/{"engine":"mlx-vlm",/'; }
+ref() {
+  "$PY" bench/last_json.py mlx-vlm "$PY" bench/reference_worker.py mtp --plan "$OUT/plan.json" \
+    --drafter "$DRAFTER" --block "${1%%[vm]*}"
+}
 for BLOCK in $BLOCKS; do
   LOG=$OUT/mtp-$BLOCK.jsonl
   : > "$LOG"
   for i in $(seq 1 "$REPS"); do
     if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-500}" ]; then echo "block $BLOCK: budget reached after $((i - 1)) repetitions"; break; fi
-    if [[ $BLOCK == *[vm]* ]]; then stolen ours "$BLOCK" >> "$LOG"   # our variant alone: mlx-vlm ran for the plain block
-    elif [ $((i % 2)) -eq 1 ]; then stolen ours "$BLOCK" >> "$LOG"; stolen ref "$BLOCK" >> "$LOG"
-    else stolen ref "$BLOCK" >> "$LOG"; stolen ours "$BLOCK" >> "$LOG"; fi
+    if [[ $BLOCK == *[vm]* ]]; then ours "$BLOCK" >> "$LOG"   # our variant alone: mlx-vlm ran for the plain block
+    elif [ $((i % 2)) -eq 1 ]; then ours "$BLOCK" >> "$LOG"; ref "$BLOCK" >> "$LOG"; else ref "$BLOCK" >> "$LOG"; ours "$BLOCK" >> "$LOG"; fi
     echo "block $BLOCK, repetition $i: $(( $(date +%s) - START )) s"
   done
 done
@@ -59,11 +53,9 @@ done
 # measure: a callback wraps every CUDA call). Each part is called 22 times.
 if [ "${TRACE:-0}" = 1 ]; then
   BLOCK=${BLOCKS%% *}
-  gcc -O2 -shared -fPIC -o /tmp/libapitrace.so bench/cuda/apitrace.c -ldl -lpthread 2>/dev/null \
-    || cp "$CARRY/libapitrace.so" /tmp/libapitrace.so
   # Only the worker under the trace (each traced process writes its table at exit).
-  env LD_PRELOAD=/tmp/libapitrace.so CUDA_INJECTION64_PATH=/tmp/libapitrace.so \
-    APITRACE_PHASES=/tmp/apitrace-phase APITRACE_OUT="$OUT/mtp-trace.tsv" \
+  # shellcheck disable=SC2086  # APITRACE_ENV is a word list
+  env $APITRACE_ENV APITRACE_OUT="$OUT/mtp-trace.tsv" \
     /tmp/gemma-desk-bench --plan "$OUT/plan.json" --mtp "$DRAFTER" --mtp-block "${BLOCK%%[vm]*}" \
     > "$OUT/mtp-trace.json" 2> "$OUT/mtp-trace.err" || { echo "traced run failed"; tail -5 "$OUT/mtp-trace.err"; }
   "$PY" bench/cuda/summarize.py --trace "$OUT/mtp-trace.tsv" parts- mtp-accept-3 mtp-warm-up

@@ -4,8 +4,8 @@
 #
 #   bench/cuda/trace_batch_on_device.sh CARRY [STREAMS] [DECODE] ["label|worker flags"...]
 #
-# CARRY is the folder `bench/cuda/pack.sh` filled. Writes bench/batch.py's plan (STREAMS, default
-# 1,2,4; DECODE tokens per stream, default 64), then runs `gemma-desk-bench --batch` once per
+# CARRY is the folder `bench/cuda/pack.sh` filled. Writes bench/batch.py's plan (`--write-plan`;
+# STREAMS, default 1,2,4; DECODE tokens per stream, default 64), then runs `gemma-desk-bench --batch` once per
 # variant (default: one, "default|") under the trace, its table in $OUT/batch-LABEL.tsv, and
 # summarizes the phases `batch-N` (the timed decode of N streams; tools::batch names them).
 # A traced run's times attribute, they do not measure: a callback wraps every CUDA call.
@@ -18,25 +18,14 @@ OUT=${OUT:-/tmp/bench-out}
 mkdir -p "$OUT"
 # shellcheck source=device_env.sh
 source "$(dirname "$0")/device_env.sh"
-gcc -O2 -shared -fPIC -o /tmp/libapitrace.so bench/cuda/apitrace.c -ldl -lpthread 2>/dev/null \
-  || cp "$CARRY/libapitrace.so" /tmp/libapitrace.so
 PLAN=$OUT/batch-plan.json
-"$PY" - "$MODEL" "$STREAMS" "$DECODE" "$PLAN" <<'PY'
-import json, sys
-from pathlib import Path
-sys.path.insert(0, "bench")
-from batch import prompts
-model, streams, decode, out = Path(sys.argv[1]), [int(v) for v in sys.argv[2].split(",")], int(sys.argv[3]), sys.argv[4]
-Path(out).write_text(json.dumps({"model": str(model.resolve()), "prompts": prompts(model, max(streams), 512),
-                                 "streams": streams, "decode": decode, "window_words": 200, "window_reps": 1}))
-PY
+"$PY" bench/batch.py --model "$MODEL" --streams "$STREAMS" --decode "$DECODE" --window-reps 1 --write-plan "$PLAN"
 phases=$(echo "$STREAMS" | tr ',' '\n' | sed 's/^/batch-/' | tr '\n' ' ')
 for variant in "${@:-default|}"; do
   label=${variant%%|*}; args=${variant#*|}
   # shellcheck disable=SC2086  # the flags are a word list
-  env LD_PRELOAD=/tmp/libapitrace.so CUDA_INJECTION64_PATH=/tmp/libapitrace.so \
-    APITRACE_PHASES=/tmp/apitrace-phase APITRACE_OUT="$OUT/batch-$label.tsv" \
-    /tmp/gemma-desk-bench --batch "$PLAN" $args > "$OUT/batch-$label.json" 2> "$OUT/batch-$label.err" \
+  env $APITRACE_ENV APITRACE_OUT="$OUT/batch-$label.tsv" /tmp/gemma-desk-bench --batch "$PLAN" $args \
+    > "$OUT/batch-$label.json" 2> "$OUT/batch-$label.err" \
     || { echo "$label failed"; tail -5 "$OUT/batch-$label.err"; continue; }
   echo "== $label: $(grep '^batch:' "$OUT/batch-$label.err" | tr '\n' ';')"
   # shellcheck disable=SC2086

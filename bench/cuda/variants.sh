@@ -23,9 +23,7 @@ source "$(dirname "$0")/device_env.sh"
 PLAN=/tmp/plan-$(basename "$MODEL").json
 [ -f "$PLAN" ] || "$PY" bench/reference_worker.py prepare --model "$MODEL" --out "$PLAN" > "$OUT/prepare.log" 2>&1 \
   || { tail "$OUT/prepare.log"; exit 1; }
-gcc -O2 -shared -fPIC -o /tmp/libapitrace.so bench/cuda/apitrace.c -ldl -lpthread 2>/dev/null \
-  || cp "$CARRY/libapitrace.so" /tmp/libapitrace.so
-TRACE="LD_PRELOAD=/tmp/libapitrace.so CUDA_INJECTION64_PATH=/tmp/libapitrace.so APITRACE_PHASES=/tmp/apitrace-phase"
+TRACE=$APITRACE_ENV
 echo "ready: $(( $(date +%s) - START )) s"
 
 for variant in "$@"; do

@@ -958,9 +958,9 @@ fn round_parts(
         }
         Ok(median(&mut ms))
     };
-    // Each one's primitives, from its first call.
-    // Each part under its own phase, so that a traced run (bench/cuda/apitrace.c) tells the
-    // host's and the GPU's time of a step, a verify and a draft block apart (22 calls each).
+    // Each one's primitives, from its first call; each part under its own phase, so that a
+    // traced run (bench/cuda/apitrace.c) tells a step's, a verify's and a draft block's host
+    // and GPU time apart (22 calls each).
     let mut step_graph = None;
     phase("parts-step");
     let step = time(&mut || {
