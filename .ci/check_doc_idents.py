@@ -1,45 +1,51 @@
 #!/usr/bin/env python3
 """Every backticked code name in docs/*.md and README.md must exist in the tree.
 
-`make lint` runs this so a renamed function, a removed flag or a moved file cannot stay named in
-the docs. Python 3 standard library only; it reads the tree once and answers in about a second.
+`make lint` runs this so that a renamed function, a removed flag or a moved file cannot stay
+named in the docs. Python 3 standard library only; it reads the tree once, in about a second.
 
-What an inline code span (outside fenced blocks) is taken to be, and what "exists" means:
+"The tree" is what git tracks (untracked files that are not ignored too). Each inline code span
+outside fenced blocks is read as one of these, and checked so:
 
-  file path       `engine/src/stream.rs`, `tests.rs`, `ui/src/app.ts`, `bench/batch.py --streams 4`
-                  (a source extension; the first word of a command): some tracked file is that path
-                  or ends with `/` + that path. `path.rs:120` / `path.rs:120-140`: the lines exist.
-  folder          `src-tauri/src`, `bench/cuda/`: starts at a tracked top-level folder and holds
-                  tracked files.
-  file::name      `tests.rs::a_test_name`: a file above that defines `name`.
-  a::b::c         each segment narrows where the next must be defined: a crate (`gemma`,
-                  `model_store`), a module (`a.rs`, `a/`), a type (the files that define or
-                  `impl` it); the last segment must be an item there (fn, struct, enum, variant,
-                  field, const, static, type, trait, mod, TS method/field) or re-exported there.
-  CamelCase       `TokenStream`, `Engine`: a Rust/TS/Python type-like item (struct, enum, trait,
-                  type, variant, class, interface) somewhere in the tree.
-  snake_case      `next_token`, `embed_tokens_per_layer` (with an underscore): an item name in
-                  Rust/TS/Python source, or a string literal there (config keys, JSON keys, error
-                  codes the code writes or reads).
-  CAPS_NAME       `REWIND_SLACK`, `MLX_WHEEL_DIR` (with an underscore): a word of some tracked
-                  non-doc file (a const, or an env var a script or the Makefile reads).
-  --flag          `--parallel N`, `--dense-from=N`: the flag's text in some tracked non-doc file.
+  file path       `engine/src/stream.rs`, `tests.rs`, `bench/batch.py --streams 4` (a source
+                  extension; a command's first word): a file is that path or ends with `/` + it.
+  file:line       `stream.rs:120`, `stream.rs:120-140`: the file has that many lines.
+  folder          `src-tauri/src`, `bench/cuda/`: under a tracked top-level folder, holding files.
+  file::name      `tests.rs::a_test_name`: such a file defines `name`.
+  a::b::c         each segment narrows where the next is defined: a crate (`gemma`,
+                  `model_store`), a module (`a.rs` or `a/`, under the scope so far), a type (the
+                  files that define or `impl` it); the last must be an item there (fn, struct,
+                  enum, variant, field, const, static, type, trait, mod, TS member) or `pub use`d.
+  CamelCase       `TokenStream`, `Engine`: a type-like item (struct, enum, variant, trait, class,
+                  interface), or a name the code uses.
+  snake_case      `next_token`, `embed_tokens_per_layer`: an item, a name the code uses (comments
+                  and strings removed: a name called is a name that exists), a string literal or a
+                  word inside one (config keys, tensor names, error codes), a file's stem (test
+                  binaries, fuzz targets), a dependency, a word of the Makefile or a script.
+  lowercase       `attend`, `rope` (three letters or more): as snake_case, but whole string
+                  literals only.
+  CAPS_NAME       `REWIND_SLACK`, `MLX_WHEEL_DIR`: a word of some tracked non-doc file (a const,
+                  or an env var a script or the Makefile reads).
+  --flag          `--parallel N`, `--dense-from=N`: the flag's text in a tracked non-doc file, or
+                  a field of a clap argument struct (`--queue-depth` is `queue_depth`).
   make target     `make test-api`: a rule of the Makefile.
+  A::b(x), A { f } and `A::b: T` are read as A::b and A; `a::{B, C}` as a::B and a::C;
+  `Arc<Engine>` checks Engine.
 
-Ignored: fenced code blocks, spans with spaces that are none of the above (formulas, commands),
-dotted names (tensor names, JSON paths, Python attributes), single lowercase words, single
-capitalised words that are not items (`GET`, `Bearer`): they are not names of this tree.
-
-Names of other projects (mlx, mlx-vlm, Tauri, the OpenAI API, Rust's std) are listed in
-.ci/doc_idents_allow.txt, one group per reason.
+Not checked: fenced blocks, spans with spaces that are none of the above (formulas, commands),
+dotted names (tensor names, JSON paths, Python attributes), one- and two-letter words, single
+capitalised-only words (`GET`, `MTLB`). Names of other projects (mlx, mlx-lm, mlx-vlm, SciPy,
+POSIX, Rust's std) that the tree's code does not use are listed in .ci/doc_idents_allow.txt, one
+group per reason.
 
 Usage: check_doc_idents.py [--warn-only DOC,DOC...] [DOC...]
-  DOCs default to docs/*.md and README.md. Findings in a --warn-only doc are printed but do not
-  fail the run. Exit status 1 when a finding in any other doc remains.
+  DOCs default to docs/*.md and README.md. What a --warn-only doc names wrongly is printed but
+  does not fail the run. Exit status 1 when anything in another doc is missing.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import subprocess
@@ -254,21 +260,26 @@ class Tree:
 # ---------------------------------------------------------------------------------- the docs' spans
 
 def spans(doc: Path):
-    """(line number, span text) for each inline code span outside fenced blocks."""
+    """(line number, span text) for each inline code span outside fenced blocks. A span may run
+    over a line break (not over a blank line); its whitespace is then read as one space."""
+    lines = doc.read_text(encoding="utf-8").splitlines()
     fence = None
-    for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(lines):
         stripped = line.lstrip()
         m = re.match(r"(`{3,}|~{3,})", stripped)
-        if m:
-            if fence is None:
+        if m or fence is not None:
+            if m and fence is None:
                 fence = m.group(1)
-            elif stripped.startswith(fence):
+            elif m and stripped.startswith(fence):
                 fence = None
-            continue
-        if fence is not None:
-            continue
-        for m in re.finditer(r"(`+)(.+?)\1", line):
-            yield n, m.group(2).strip()
+            lines[n] = ""
+    text = "\n".join(lines)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    for m in re.finditer(r"(?<!`)(`+)(?!`)((?:(?!\n[ \t]*\n)[\s\S])+?)(?<!`)\1(?!`)", text):
+        n = bisect.bisect_right(starts, m.start())
+        yield n, re.sub(r"\s+", " ", m.group(2)).strip()
 
 
 def load_allow() -> set[str]:
