@@ -22,6 +22,8 @@ outside fenced blocks is read as one of these, and checked so:
                   and strings removed: a name called is a name that exists), a string literal or a
                   word inside one (config keys, tensor names, error codes), a file's stem (test
                   binaries, fuzz targets), a dependency, a word of the Makefile or a script.
+  camelCase       `sendMessage`, `getUserMedia`: as snake_case.
+  Type.member     `ModelInfo.audio`, when `ModelInfo` is a type of the tree: as Type::member.
   lowercase       `attend`, `rope` (three letters or more): as snake_case, but whole string
                   literals only.
   CAPS_NAME       `REWIND_SLACK`, `MLX_WHEEL_DIR`: a word of some tracked non-doc file (a const,
@@ -59,6 +61,7 @@ ALLOW_FILE = ROOT / ".ci" / "doc_idents_allow.txt"
 SOURCE_EXT = (".rs", ".ts", ".py", ".sh", ".mjs", ".js", ".c", ".h", ".md")
 CODE_EXT = (".rs", ".ts", ".mjs", ".js", ".py")
 TEXT_EXT = CODE_EXT + (".sh", ".c", ".h", ".toml", ".json", ".jinja", ".plist", ".txt", ".html", ".css")
+SCRIPT_EXT = (".sh", ".toml", ".json", ".plist", ".jinja", ".c", ".h")
 TEXT_NAMES = ("Makefile", "run", "zig-cc", "zig-c++", "zig-ar")
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -140,7 +143,7 @@ class Tree:
         self.types: set[str] = set()  # type-like names (struct/enum/trait/class/variant ...)
         self.owners: dict[str, set[str]] = defaultdict(set)  # Type -> files defining or impl'ing it
         self.strings: set[str] = set()  # whole string literals of source files
-        self.string_parts: set[str] = set()  # snake_case words inside string literals (tensor names)
+        self.string_parts: set[str] = set()  # snake/camelCase words inside string literals
         self.code_words: set[str] = set()  # identifiers the code uses, comments and strings removed
         self.deps: set[str] = set()  # dependency names of Cargo.toml and package.json files
         self.clap_fields: set[str] = set()
@@ -171,9 +174,12 @@ class Tree:
                 for a, b in STRING_LIT.findall(src):
                     self.strings.add(a or b)
                 for lit in re.findall(r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'", src):
-                    self.string_parts.update(w for w in re.findall(IDENT, lit) if "_" in w.strip("_"))
-                self.code_words.update(re.findall(IDENT, strip_comments_and_strings(src, f)))
-            if not f.endswith(CODE_EXT):
+                    self.string_parts.update(
+                        w for w in re.findall(IDENT, lit) if "_" in w.strip("_") or re.search(r"[a-z][A-Z]", w)
+                    )
+                if not f.startswith("fuzz/"):  # built by `make fuzz` alone: a name there may be stale
+                    self.code_words.update(re.findall(IDENT, strip_comments_and_strings(src, f)))
+            if f.endswith(SCRIPT_EXT) or name in TEXT_NAMES:
                 self.script_words.update(re.findall(IDENT, src))
             if name in ("Cargo.toml", "package.json"):
                 self.deps.update(re.findall(r'^\s*"?([A-Za-z0-9_@/.-]+)"?\s*[=:]\s*[\"{]', src, re.M))
@@ -399,6 +405,9 @@ class Checker:
             return None
         if re.match(r"^" + IDENT + r"(?:::" + IDENT + r")+$", s):
             return self.check_path(s)
+        m = re.match(r"^([A-Z]\w*)\.([a-z_]\w*)$", s)  # `ModelInfo.audio`: a type of ours, a member
+        if m and m.group(1) in t.owners:
+            return self.check_path(m.group(1) + "::" + m.group(2))
         if not re.match(r"^" + IDENT + r"$", s):
             return None
         if CAPS.match(s):
@@ -408,6 +417,8 @@ class Checker:
             or s in t.script_words
         )
         if SNAKE.match(s):
+            return None if known or s in t.string_parts else f"no item, use or string `{s}`"
+        if re.match(r"^[a-z][a-z0-9]*[A-Z][A-Za-z0-9]*$", s):  # `sendMessage`: a TS function, a key
             return None if known or s in t.string_parts else f"no item, use or string `{s}`"
         if re.match(r"^[a-z][a-z0-9]{2,}$", s):  # `attend`, `rope`: a function, module, key or file
             return None if known else f"no item, use, string or file `{s}`"
