@@ -226,15 +226,13 @@ class Tree:
             self._add(m.group(1), f, type_like=kw.startswith(("class", "interface", "type", "enum")))
         for m in TS_MEMBER.finditer(src):
             self._add(m.group(1), f)
-        owner = None
         for m in re.finditer(r"\b(?:class|interface)\s+([A-Za-z_$][\w$]*)", src):
-            owner = m.group(1)
-            self.owners[owner].add(f)
+            self.owners[m.group(1)].add(f)
 
     # ------------------------------------------------------------------------------ look-ups
     def files_for(self, path: str) -> list[str]:
-        path = path.lstrip("./") if path.startswith("./") else path
-        if path in self.lines or (ROOT / path).is_file() and path in self.files:
+        path = path[2:] if path.startswith("./") else path
+        if path in self.file_set:
             return [path]
         name = path.rsplit("/", 1)[-1]
         return [f for f in self.by_name.get(name, []) if f == path or f.endswith("/" + path)]
