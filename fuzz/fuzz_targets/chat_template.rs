@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use engine::template::{
-    expand_image_placeholders, ChatTemplate, Message, Part, RenderOptions, Role,
+    expand_placeholders, ChatTemplate, MediaKind, Message, Part, RenderOptions, Role,
 };
 use engine::tokenizer::{SpecialTokens, Tokenizer};
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
@@ -89,7 +89,7 @@ fuzz_target!(|input: Conversation| {
         "{placeholders} placeholders for {images} images"
     );
     if placeholders == images {
-        expand_image_placeholders(&ids, &vec![3; images], &c.specials).unwrap();
+        expand_placeholders(&ids, MediaKind::Image, &vec![3; images], &c.specials).unwrap();
     }
     let turn_ends = ids
         .iter()
@@ -99,7 +99,7 @@ fuzz_target!(|input: Conversation| {
 
     let plain_text = messages.iter().flat_map(|m| &m.content).all(|p| match p {
         Part::Text { text } => !text.contains('<') && !text.contains('\u{FDD0}'),
-        Part::Image => true,
+        Part::Image | Part::Audio => true,
     });
     if plain_text {
         let rendered = c.template.render(&messages, options).unwrap();
