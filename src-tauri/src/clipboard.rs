@@ -1,9 +1,10 @@
 //! The OS clipboard, read and written here rather than by the page.
 //!
 //! Copying: every copy in the window (a message, a code block, the whole conversation, the Local
-//! API's key) goes through [`copy_text`]. The page's own clipboard API only works inside the
-//! click's user activation, and copying a conversation first asks the backend for its Markdown, so
-//! the write comes after an `await` and WebKitGTK and WKWebView refuse it. One thread owns the
+//! API's key) goes through the `copy_text` command and [`TextClipboard`]. The page's own
+//! clipboard API only works inside the click's user activation, and copying a conversation first
+//! asks the backend for its Markdown, so the write comes after an `await` and WebKitGTK and
+//! WKWebView refuse it. One thread owns the
 //! `arboard::Clipboard` for the app's life: on X11 the program that copied serves the text, only
 //! while its `Clipboard` lives.
 //!
@@ -75,18 +76,6 @@ fn serve(requests: mpsc::Receiver<Write>) {
         }
         let _ = reply.send(written.map_err(|e| e.to_string()));
     }
-}
-
-/// Copies `text` to the OS clipboard (see the module's documentation for why not the page's).
-#[tauri::command]
-pub async fn copy_text(
-    clipboard: tauri::State<'_, TextClipboard>,
-    text: String,
-) -> Result<(), Error> {
-    let clipboard = clipboard.inner().clone();
-    tauri::async_runtime::spawn_blocking(move || clipboard.write(text))
-        .await
-        .map_err(|e| Error::Internal(format!("background task failed: {e}")))?
 }
 
 /// The clipboard's image; `None` when it holds none.

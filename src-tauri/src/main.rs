@@ -106,7 +106,7 @@ fn run() -> anyhow::Result<()> {
             commands::set_local_api,
             commands::regenerate_api_key,
             commands::api_log,
-            clipboard::copy_text,
+            commands::copy_text,
         ])
         .build(tauri::generate_context!())
         .context("could not start the app")?;
