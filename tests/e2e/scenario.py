@@ -1119,8 +1119,15 @@ class Scenario:
             def api_status() -> str:
                 return s.text(win.need(testid("api-status"), "the API in the status bar"))
 
-            wait_for("the status bar saying the API answers four requests", lambda: "(4)" in api_status(),
-                     ANSWER_TIMEOUT)
+            def four_answering() -> bool:
+                if "(4)" in api_status():
+                    return True
+                if streams.poll() is not None:  # the streams ended (or failed) before all four ran
+                    out, err = streams.communicate()
+                    raise TestFailure(f"the Node SDK's four streams ended (exit {streams.returncode}) before the status bar said (4), it says {api_status()!r}:\n{out[-2000:]}\n{err[-2000:]}")
+                return False
+
+            wait_for("the status bar saying the API answers four requests", four_answering, ANSWER_TIMEOUT)
             before = {m.id for m in win.messages()}
             win.send(FIRST_MESSAGE)
             wait_streaming(win, before, 2, ANSWER_TIMEOUT)
