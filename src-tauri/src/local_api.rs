@@ -530,7 +530,9 @@ mod tests {
         let applying = api.lock();
         let (answer, status) = mpsc::channel();
         let reader = api.clone();
-        std::thread::spawn(move || answer.send(reader.status()));
+        std::thread::spawn(move || {
+            let _ = answer.send(reader.status());
+        });
         let status = status
             .recv_timeout(Duration::from_secs(10))
             .expect("Settings waited for the change to end");
