@@ -43,6 +43,7 @@ const COMMANDS: &[&str] = &[
     "set_local_api",
     "regenerate_api_key",
     "api_log",
+    "copy_text",
 ];
 
 fn main() {

@@ -10,6 +10,7 @@ use tauri_plugin_opener::OpenerExt;
 
 use crate::attachments::{DropEvent, PendingAttachment};
 use crate::chat::{SendRequest, Sent};
+use crate::clipboard::TextClipboard;
 use crate::error::Error;
 use crate::events::Events;
 use crate::faster::FasterAnswers;
@@ -409,6 +410,13 @@ pub async fn set_local_api(
 pub async fn regenerate_api_key(state: Shared<'_>) -> Result<LocalApiStatus, Error> {
     let api = state.local_api.clone();
     blocking(move || api.regenerate_key()).await
+}
+
+/// Puts text on the OS clipboard: every copy in the window (see `clipboard`).
+#[tauri::command]
+pub async fn copy_text(clipboard: State<'_, TextClipboard>, text: String) -> Result<(), Error> {
+    let clipboard = clipboard.inner().clone();
+    blocking(move || clipboard.write(text)).await
 }
 
 /// The local API's request log, oldest first.

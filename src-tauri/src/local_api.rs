@@ -23,6 +23,7 @@ use crate::error::Error;
 use crate::events::Events;
 use crate::model_setup::ModelState;
 use crate::settings::Settings;
+use crate::sync::lock;
 
 /// Key of the stored settings in the chats database.
 const KEY: &str = "local_api";
@@ -152,7 +153,11 @@ pub struct LocalApi {
     store: Arc<Store>,
     events: Arc<dyn Events>,
     runtime: tokio::runtime::Runtime,
+    /// Held while a change applies, which may wait for a server to stop and for the engine.
     inner: Mutex<Inner>,
+    /// Where it stands as last published, with requests counted as they come and go: what
+    /// Settings reads, never waiting for a change, a restart or the engine.
+    shown: Arc<Mutex<LocalApiStatus>>,
     log: Arc<Mutex<VecDeque<ApiLogEntry>>>,
 }
 
@@ -163,14 +168,16 @@ struct Inner {
     model: Option<ServedModel>,
 }
 
-/// Tells the window as requests come and end, and keeps the log.
+/// Tells the window as requests come and end, and keeps the log and the shown status.
 struct Watcher {
     events: Arc<dyn Events>,
     log: Arc<Mutex<VecDeque<ApiLogEntry>>>,
+    shown: Arc<Mutex<LocalApiStatus>>,
 }
 
 impl api::Watcher for Watcher {
     fn started(&self, open: usize) {
+        lock(&self.shown).answering = open as u32;
         self.events.api_activity(&ApiActivity {
             answering: open as u32,
         });
@@ -185,6 +192,7 @@ impl api::Watcher for Watcher {
             log.push_back(entry.clone());
         }
         self.events.api_request(&entry);
+        lock(&self.shown).answering = open as u32;
         self.events.api_activity(&ApiActivity {
             answering: open as u32,
         });
@@ -206,22 +214,26 @@ impl LocalApi {
         let mut stored: Stored = store.get_setting(KEY).ok().flatten().unwrap_or_default();
         stored.parallel = stored.parallel.clamp(1, MAX_PARALLEL);
         engine.set_parallel(stored.parallel)?;
+        let inner = Inner {
+            stored,
+            server: None,
+            error: None,
+            model: None,
+        };
+        let shown = Arc::new(Mutex::new(status_of(&inner)));
         let api = Self {
             engine,
             store,
             events,
             runtime,
-            inner: Mutex::new(Inner {
-                stored,
-                server: None,
-                error: None,
-                model: None,
-            }),
+            inner: Mutex::new(inner),
+            shown,
             log: Arc::default(),
         };
         {
             let mut inner = api.lock();
             api.restart(&mut inner);
+            *lock(&api.shown) = status_of(&inner);
         }
         Ok(api)
     }
@@ -230,39 +242,9 @@ impl LocalApi {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Where it stands.
+    /// Where it stands, at once: while a change is being applied, where it stood before it.
     pub fn status(&self) -> LocalApiStatus {
-        let inner = self.lock();
-        self.status_of(&inner)
-    }
-
-    fn status_of(&self, inner: &Inner) -> LocalApiStatus {
-        let stored = &inner.stored;
-        let port = inner
-            .server
-            .as_ref()
-            .map_or(stored.port, |s| s.address().port());
-        LocalApiStatus {
-            enabled: stored.enabled,
-            running: inner.server.is_some(),
-            port,
-            default_port: DEFAULT_PORT,
-            min_port: MIN_PORT,
-            max_port: MAX_PORT,
-            address: format!("http://127.0.0.1:{port}/v1"),
-            key: stored.key.clone(),
-            allowed_origins: stored.allowed_origins.clone(),
-            verbose: stored.verbose,
-            parallel: stored.parallel as u32,
-            default_parallel: DEFAULT_PARALLEL as u32,
-            max_parallel: MAX_PARALLEL as u32,
-            error: inner.error.clone(),
-            model_id: inner.model.as_ref().map(|m| m.id.clone()),
-            answering: inner
-                .server
-                .as_ref()
-                .map_or(0, |s| s.open_requests() as u32),
-        }
+        lock(&self.shown).clone()
     }
 
     /// Applies what Settings changed: checked first (a bad port or origin changes nothing),
@@ -414,6 +396,7 @@ impl LocalApi {
                 server.watch(Some(Arc::new(Watcher {
                     events: self.events.clone(),
                     log: self.log.clone(),
+                    shown: self.shown.clone(),
                 })));
                 inner.server = Some(server);
             }
@@ -438,9 +421,39 @@ impl LocalApi {
     }
 
     fn publish(&self, inner: &Inner) -> LocalApiStatus {
-        let status = self.status_of(inner);
+        let status = status_of(inner);
+        *lock(&self.shown) = status.clone();
         self.events.local_api(&status);
         status
+    }
+}
+
+fn status_of(inner: &Inner) -> LocalApiStatus {
+    let stored = &inner.stored;
+    let port = inner
+        .server
+        .as_ref()
+        .map_or(stored.port, |s| s.address().port());
+    LocalApiStatus {
+        enabled: stored.enabled,
+        running: inner.server.is_some(),
+        port,
+        default_port: DEFAULT_PORT,
+        min_port: MIN_PORT,
+        max_port: MAX_PORT,
+        address: format!("http://127.0.0.1:{port}/v1"),
+        key: stored.key.clone(),
+        allowed_origins: stored.allowed_origins.clone(),
+        verbose: stored.verbose,
+        parallel: stored.parallel as u32,
+        default_parallel: DEFAULT_PARALLEL as u32,
+        max_parallel: MAX_PARALLEL as u32,
+        error: inner.error.clone(),
+        model_id: inner.model.as_ref().map(|m| m.id.clone()),
+        answering: inner
+            .server
+            .as_ref()
+            .map_or(0, |s| s.open_requests() as u32),
     }
 }
 
@@ -490,5 +503,44 @@ fn placeholder_model() -> ServedModel {
         context_window: 0,
         sampler: SamplerConfig::default(),
         image_budget: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::events::recorded::Recorder;
+
+    #[test]
+    fn settings_read_where_it_stands_while_a_change_is_being_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("chats.sqlite")).unwrap());
+        let api = Arc::new(
+            LocalApi::open(
+                Arc::new(Engine::spawn()),
+                store,
+                Arc::new(Recorder::default()),
+            )
+            .unwrap(),
+        );
+        // A change being applied holds this while a server stops and the engine is told.
+        let applying = api.lock();
+        let (answer, status) = mpsc::channel();
+        let reader = api.clone();
+        std::thread::spawn(move || {
+            let _ = answer.send(reader.status());
+        });
+        let status = status
+            .recv_timeout(Duration::from_secs(10))
+            .expect("Settings waited for the change to end");
+        drop(applying);
+        assert!(!status.enabled && !status.running, "{status:?}");
+        assert_eq!(
+            status.address,
+            format!("http://127.0.0.1:{DEFAULT_PORT}/v1")
+        );
     }
 }

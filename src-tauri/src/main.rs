@@ -61,6 +61,7 @@ fn run() -> anyhow::Result<()> {
     let app = tauri::Builder::default()
         .plugin(tauri_plugin_dialog::init())
         .plugin(tauri_plugin_opener::init())
+        .manage(clipboard::TextClipboard::start())
         .invoke_handler(tauri::generate_handler![
             commands::app_status,
             commands::choose_model_folder,
@@ -105,6 +106,7 @@ fn run() -> anyhow::Result<()> {
             commands::set_local_api,
             commands::regenerate_api_key,
             commands::api_log,
+            commands::copy_text,
         ])
         .build(tauri::generate_context!())
         .context("could not start the app")?;

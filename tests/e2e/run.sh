@@ -5,7 +5,7 @@
 # network namespace with only loopback).
 # Usage: tests/e2e/run.sh path/to/gemma-desk     (installs nothing; checks what it needs)
 # The tiny fixture model comes from $GEMMA_FIXTURES/tiny (default tests/out/fixtures/tiny,
-# written by `make fixtures`).
+# written by `make fixtures`); screenshots and logs go to $E2E_OUT (default tests/out/e2e).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,6 +26,7 @@ tauri_driver="${TAURI_DRIVER:-$root/.deps/cargo/bin/tauri-driver}"
 
 fixtures="${GEMMA_FIXTURES:-$root/tests/out/fixtures}"
 model="$fixtures/tiny"
+out="${E2E_OUT:-$root/tests/out/e2e}"
 
 # Debian's python3-gi serves the system interpreter, which may not be the first python3 on PATH.
 gtk_python=""
@@ -70,7 +71,7 @@ fi
 "${netns[@]}" sh -c '"$0" link set lo up && exec "$@"' "$ip_tool" \
   xvfb-run --auto-servernum --server-args="-screen 0 1280x900x24" \
   python3 "$here/scenario.py" --app "$app" --tauri-driver "$tauri_driver" --model "$model" \
-  --gtk-python "$gtk_python" --out "$root/tests/out/e2e" --offline
+  --gtk-python "$gtk_python" --out "$out" --offline
 exec "${netns[@]}" sh -c '"$0" link set lo up && exec "$@"' "$ip_tool" \
   xvfb-run --auto-servernum --server-args="-screen 0 1280x900x24" \
-  "$here/damaged_history.sh" "$app" "$gtk_python" "$root/tests/out/e2e"
+  "$here/damaged_history.sh" "$app" "$gtk_python" "$out"

@@ -9,14 +9,17 @@
  4. Esc stops a long answer mid-stream; its text is kept and marked stopped.
  5. Regenerate makes a new, complete answer; the stopped one stays as version 1/2, and ‹ ›
     flips between them. Editing the first question branches (the edited question is 2/2 with
-    its own answer); switching back restores every later message.
+    its own answer); switching back restores every later message. Copy conversation (⋯ menu)
+    puts the chat as shown on the X clipboard (read back with xclip), every turn in order.
  6. Two chats at once: the other chat keeps its own draft, its Send waits for the answering one
     and says why, Esc there does not stop it; back in the answering chat, Esc stops it.
     A follow-up after a 150-token answer reuses the whole history from the cache (its stats say
     "N reused from the cache", N = the first prompt + its answer - 1).
     The context window set small in Settings: a conversation that outgrows it shows one notice
     offering New Chat (an empty chat) and Context Length… (Settings at that field); a message too
-    long on its own shows one notice with its length and only Context Length…, and is kept.
+    long on its own turns Send off, and Enter only shows one notice with its length and only
+    Context Length… (Settings with that field focused and in view): nothing is sent, no chat is
+    made, the draft stays.
     After quitting and starting again, the model is loaded again by itself and the conversation
     is listed and opens with every message as it was.
  7. An image dropped from another window (a real XDND drop) shows as a pending thumbnail; sent,
@@ -447,6 +450,11 @@ def drop(scenario: "Scenario", win: Window, files: list[Path]) -> None:
     scenario.desktop.drag_files(files, source, target, while_over)
 
 
+def words(text: str) -> str:
+    """The text's letters and digits, lower-cased, one space apart (Markdown as source or as shown)."""
+    return " ".join(re.findall(r"[^\W_]+", text.lower()))
+
+
 def drag_positions(app: Rect, screen: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
     """Where the 80×80 drag source goes (beside the app, not over it) and where to drop."""
     width, height = screen
@@ -497,11 +505,19 @@ class Scenario:
     def paste_text(self, win: Window, text: str) -> None:
         """Puts `text` on the X clipboard and pastes it into the message field with Ctrl+V."""
         assert self.run is not None
-        subprocess.run(["xclip", "-selection", "clipboard", "-i"], input=text.encode(), env=self.env, check=True, timeout=10)
+        self.set_clipboard(text)
         win.s.click(win.need(testid("composer"), "the message field"))
         self.desktop.focus(self.run.window)
         self.desktop.keys("ctrl+v")
         wait_same("the pasted text in the message field", win.draft, text, 30)
+
+    def set_clipboard(self, text: str) -> None:
+        subprocess.run(["xclip", "-selection", "clipboard", "-i"], input=text.encode(), env=self.env, check=True, timeout=10)
+
+    def clipboard(self) -> str:
+        """The X clipboard's text, as another program reads it."""
+        out = subprocess.run(["xclip", "-o", "-selection", "clipboard"], env=self.env, capture_output=True, check=True, timeout=10)
+        return out.stdout.decode()
 
     def close(self) -> list[str]:
         problems = []
@@ -637,6 +653,25 @@ class Scenario:
             steps.shot("branch-restored")
             first_conversation = win.active_conversation()
 
+        with steps.step("Copy conversation (⋯ menu) puts the whole chat, as shown, on the clipboard"):
+            self.set_clipboard("nothing copied yet")
+            win.click(testid("chat-menu"), "the chat's ⋯ menu")
+            win.click(testid("copy-conversation"), "Copy conversation in the ⋯ menu")
+            wait_for("the note that the conversation was copied", lambda: "Conversation copied as Markdown" in s.text(s.find(testid("toasts"))), 15)
+            copied = self.clipboard()
+            headings = re.findall(r"^## (You|Gemma)$", copied, re.MULTILINE)
+            check(headings == ["You", "Gemma"] * 2, f"the clipboard's turns are {headings}: {copied[:300]!r}")
+            for shown in history:
+                if shown.role == "user":
+                    check(f"\n{shown.text}\n" in copied, f"the question {shown.text!r} is not on the clipboard: {copied[:300]!r}")
+                else:
+                    # Compared word by word: the window shows the Markdown rendered (with a code block's labels).
+                    on_clipboard = set(words(copied).split())
+                    missing = [w for w in words(shown.text).split() if w not in on_clipboard]
+                    check(len(missing) <= 2 and words(shown.text), f"the answer {shown.text[:80]!r} is not on the clipboard (missing {missing[:10]}): {copied[:300]!r}")
+            win.dismiss_toasts()
+            steps.shot("conversation-copied")
+
         with steps.step("two chats at once: each keeps its draft, the other's Send waits and says why, Esc stops only the open chat's answer"):
             win.set_settings({"maxTokens": str(LONG_ANSWER)})
             win.click(testid("new-chat"), "the New Chat button")
@@ -745,10 +780,14 @@ class Scenario:
             check(s.text(s.find("#chat-title")) == "New Chat", f"the new chat is titled {s.text(s.find('#chat-title'))!r}")
             check(win.draft() == "", f"the new chat's message field holds {win.draft()[:80]!r}")
 
-        with steps.step("a message too long on its own: one notice with its length, only Context Length…, nothing typed lost"):
+        with steps.step("a message too long on its own: Send off, Enter only explains (one notice with its length, only Context Length…), nothing sent, the draft kept"):
+            chats_before = len(s.find_all(testid("conversation-item")))
             self.paste_text(win, LONG_PASTE)
+            count = wait_for("the red token count of the long message", lambda: (e := s.find(testid("token-count"))) and "over" in (t := s.text(e)) and t, 30)
+            check(not s.enabled(win.need(testid("send"), "the Send button")), f"Send is enabled with the draft at {count!r}")
+            check(win.hint().startswith("Too long to send: "), f"the line under the field reads {win.hint()!r}")
             s.send_keys(win.need(testid("composer"), "the message field"), KEY_ENTER)
-            notices = wait_for("the context notice for the long message", win.notices, 60)
+            notices = wait_for("the context notice for the long message", win.notices, 30)
             check(len(notices) == 1, f"{len(notices)} context notices: {notices}")
             title, detail, buttons = notices[0]
             check(title == "This message is too long for the context window.", f"the notice's title is {title!r}")
@@ -757,21 +796,29 @@ class Scenario:
                 detail,
             )
             check(alone is not None, f"the notice reads {detail!r}")
+            check(count.startswith(f"{alone.group(1)} tokens"), f"the notice says {alone.group(1)} tokens, the count {count!r}")
             check(buttons == ["Context Length…"], f"the notice offers {buttons}")
-            messages = win.messages()
-            kept = [m.text for m in messages if m.role == "user"]
-            check(
-                win.draft() == LONG_PASTE or " ".join(kept[-1:]).split() == LONG_PASTE.split(),
-                f"the long message was lost: the field holds {win.draft()[:80]!r}, the chat {messages}",
-            )
-            wait_for("the failed answer's line to leave the reason to the notice", lambda: (said := answer_stats_text(s, messages[-1].id)).startswith("Not answered") and "context window" not in said and said, 5)
+            check(win.draft() == LONG_PASTE, f"the long message left the field: it holds {win.draft()[:80]!r}")
+            time.sleep(1)  # anything sent would show by now
+            check(win.messages() == [], f"the new chat shows messages: {win.messages()}")
+            check(len(s.find_all(testid("conversation-item"))) == chats_before, "a chat was added to the sidebar")
+            check(s.text(s.find("#chat-title")) == "New Chat", f"the chat is titled {s.text(s.find('#chat-title'))!r}")
             steps.shot("message-too-long")
             win.click_notice_button("Context Length…")
-            win.need(testid("settings-dialog"), "Settings, from the notice's Context Length…")
+            dialog = win.need(testid("settings-dialog"), "Settings, from the notice's Context Length…")
             wait_for("the settings to load", lambda: s.enabled(s.find(testid("settings-save"))), 15)
-            wait_for("Context Length… in the long message's notice to focus the context length field", lambda: win.focused_testid() == "setting-contextLength", 3)
+            wait_for("Context Length… in the long message's notice to focus the context length field", lambda: win.focused_testid() == "setting-contextLength", 5)
+            in_view = """
+                const box = arguments[0].getBoundingClientRect(), area = arguments[1].getBoundingClientRect();
+                return box.top >= area.top && box.bottom <= area.bottom && box.height > 0;
+            """
+            field = win.need(testid("setting-contextLength"), "the context length field")
+            wait_for("the context length field in view in Settings", lambda: s.execute(in_view, {ELEMENT_KEY: field}, {ELEMENT_KEY: dialog}), 5)
+            steps.shot("context-length-in-view")
             win.fill_settings({"contextLength": restore["contextLength"], "maxTokens": str(SHORT_ANSWER)})
             wait_for("the notice to go once the context length is raised", lambda: win.notices() == [], 5)
+            check(win.draft() == LONG_PASTE, "the long message left the field when the context length was raised")
+            s.clear(win.need(testid("composer"), "the message field"))
 
         with steps.step("after a restart the model reloads and the conversation opens as it was"):
             win = self.restart()
@@ -1029,7 +1076,9 @@ class Scenario:
             s.execute("arguments[0].scrollIntoView({block: 'center'})", {ELEMENT_KEY: toggle})
             check(not s.property(toggle, "checked"), "the Local API was on before it was switched on")
             s.click(toggle)
-            wait_for("the Local API's key in the panel", lambda: bool(api_field("local-api-key")), 15)
+            # The panel's controls stay in place (hidden while off): shown, and usable once applied.
+            wait_for("the Local API's key in the panel", lambda: win.shown(testid("local-api-key")), 15)
+            wait_for("the switch to be applied", lambda: s.enabled(toggle) and s.property(toggle, "checked"), 15)
             # A port free on this machine, typed as a person would and applied when the field is left.
             port = free_port()
             field = win.need(testid("local-api-port"), "the Local API's port")
@@ -1070,8 +1119,15 @@ class Scenario:
             def api_status() -> str:
                 return s.text(win.need(testid("api-status"), "the API in the status bar"))
 
-            wait_for("the status bar saying the API answers four requests", lambda: "(4)" in api_status(),
-                     ANSWER_TIMEOUT)
+            def four_answering() -> bool:
+                if "(4)" in api_status():
+                    return True
+                if streams.poll() is not None:  # the streams ended (or failed) before all four ran
+                    out, err = streams.communicate()
+                    raise TestFailure(f"the Node SDK's four streams ended (exit {streams.returncode}) before the status bar said (4), it says {api_status()!r}:\n{out[-2000:]}\n{err[-2000:]}")
+                return False
+
+            wait_for("the status bar saying the API answers four requests", four_answering, ANSWER_TIMEOUT)
             before = {m.id for m in win.messages()}
             win.send(FIRST_MESSAGE)
             wait_streaming(win, before, 2, ANSWER_TIMEOUT)

@@ -217,6 +217,14 @@ export function stopGeneration(generationId: number): Promise<boolean> {
 
 // Export and import
 
+/**
+ * Puts text on the OS clipboard. Through the backend: the page's clipboard refuses a write that
+ * comes after an `await` (outside the click's user activation), in WebKitGTK and WKWebView alike.
+ */
+export function copyText(text: string): Promise<void> {
+  return call("copy_text", { text });
+}
+
 /** The conversation shown, as Markdown (for the clipboard). */
 export function conversationMarkdown(id: string): Promise<string> {
   return call("conversation_markdown", { id });

@@ -1,22 +1,11 @@
-/** Copies text to the clipboard; true on success. Falls back to a hidden textarea. */
+import { copyText as writeClipboard } from "./api";
+
+/** Copies text to the OS clipboard (see `api.copyText`); true on success. */
 export async function copyText(text: string): Promise<boolean> {
   try {
-    await navigator.clipboard.writeText(text);
+    await writeClipboard(text);
     return true;
   } catch {
-    const area = document.createElement("textarea");
-    area.value = text;
-    area.setAttribute("readonly", "");
-    area.className = "offscreen";
-    document.body.append(area);
-    area.select();
-    let ok: boolean;
-    try {
-      ok = document.execCommand("copy");
-    } catch {
-      ok = false;
-    }
-    area.remove();
-    return ok;
+    return false;
   }
 }

@@ -162,6 +162,10 @@ export class FakeBackend {
   readonly pendingFiles = new Map<string, PendingAttachment>();
   /** What `pick_files` hands out next. */
   picked: PendingAttachment[] = [];
+  /** What the OS clipboard holds (written by `copy_text`); null: never written. */
+  clipboard: string | null = null;
+  /** Why `copy_text` fails (no display…), or null when it works. */
+  clipboardError: string | null = null;
   /** What `count_tokens` answers: by default a token per word; a test may hold replies back. */
   countTokens: (text: string) => number | Promise<number> = (text) => text.split(/\s+/).filter(Boolean).length;
 
@@ -232,6 +236,10 @@ export class FakeBackend {
     handle("select_version", ({ conversationId, messageId, version }) =>
       this.selectVersion(conversationId as string, messageId as string, version as number),
     );
+    handle("copy_text", ({ text }) => {
+      if (this.clipboardError !== null) throw { kind: "invalidInput", message: this.clipboardError };
+      this.clipboard = text as string;
+    });
     handle("conversation_markdown", ({ id }) => `# ${this.conversations.get(id as string)?.title ?? ""}\n`);
     handle("export_markdown", ({ id }) => `/Users/ada/Documents/${String(id)}.md`);
     handle("export_json", ({ id }) => `/Users/ada/Documents/${typeof id === "string" ? id : "all"}.json`);

@@ -19,6 +19,7 @@ beforeEach(() => {
     record: vi.fn(),
     recorded: vi.fn(),
     recordingFailed: vi.fn(),
+    tooLong: vi.fn(),
   };
   composer = new Composer(handlers as unknown as ComposerHandlers);
   document.body.replaceChildren(composer.element);
@@ -151,6 +152,34 @@ describe("the draft's token count", () => {
     expect(count().textContent).toBe("1,234 tokens · 234 over");
     expect(count().classList.contains("over")).toBe(true);
     expect(handlers.countTokens).toHaveBeenCalledTimes(1);
+  });
+
+  it("keeps a draft too long for the context: Send off, Enter only explains, nothing sent", async () => {
+    handlers.countTokens.mockResolvedValue(9000);
+    write("a very long message");
+    await vi.advanceTimersByTimeAsync(COUNT_DELAY_MS);
+    expect(count().textContent).toBe("9,000 tokens · 1,000 over");
+    expect(button("send").disabled).toBe(true);
+    const hint = composer.element.querySelector(".composer-hint") as HTMLElement;
+    expect(hint.textContent).toBe(
+      "Too long to send: 1,000 tokens more than the context has room for. Shorten it, or raise the context length.",
+    );
+    expect(hint.classList.contains("over")).toBe(true);
+    const event = key("Enter");
+    expect(event.defaultPrevented).toBe(true);
+    button("send").click();
+    expect(handlers.send).not.toHaveBeenCalled();
+    expect(handlers.tooLong).toHaveBeenCalledTimes(1);
+    expect(handlers.tooLong).toHaveBeenCalledWith(9000);
+    expect(composer.text()).toBe("a very long message");
+    // Shortened to fit: Send comes back, and Enter sends.
+    handlers.countTokens.mockResolvedValue(7000);
+    write("a shorter message");
+    await vi.advanceTimersByTimeAsync(COUNT_DELAY_MS);
+    expect(button("send").disabled).toBe(false);
+    expect(hint.textContent).toBe("Enter to send · Shift+Enter for a new line");
+    key("Enter");
+    expect(handlers.send).toHaveBeenCalledWith("a shorter message");
   });
 
   it("drops a count that comes back after the draft changed", async () => {

@@ -30,6 +30,8 @@ export interface ComposerHandlers {
   recorded(wav: Uint8Array): void;
   /** The microphone could not be used; `message` says why. */
   recordingFailed(message: string): void;
+  /** Send was asked for a draft of `tokens` tokens, more than the context has room for: say so. */
+  tooLong(tokens: number): void;
 }
 
 export interface ComposerState {
@@ -289,12 +291,19 @@ export class Composer {
   private canSend(): boolean {
     const { generating, blockedReason } = this.state;
     const hasContent = this.textarea.value.trim().length > 0 || this.attachments.length > 0;
-    return !generating && blockedReason === null && hasContent && this.recording === null;
+    return !generating && blockedReason === null && hasContent && this.recording === null && this.overBy() === null;
+  }
+
+  /** Tokens the draft (as last counted) goes past what the context has room for; null when it fits. */
+  private overBy(): number | null {
+    const { room } = this.state;
+    const tokens = this.draftTokens;
+    return room === null || tokens === null || tokens <= room ? null : tokens - room;
   }
 
   private submit(): void {
-    if (!this.canSend()) return;
-    this.handlers.send(this.textarea.value);
+    if (this.canSend()) this.handlers.send(this.textarea.value);
+    else if (this.overBy() !== null && this.draftTokens !== null) this.handlers.tooLong(this.draftTokens);
   }
 
   private onKeyDown(event: KeyboardEvent): void {
@@ -335,6 +344,7 @@ export class Composer {
     if (this.state.room === null || text.trim() === "") {
       this.draftTokens = null;
       this.showCount();
+      this.refresh();
       return;
     }
     this.countTimer = setTimeout(() => {
@@ -343,11 +353,13 @@ export class Composer {
           if (serial !== this.countSerial) return;
           this.draftTokens = tokens;
           this.showCount();
+          this.refresh();
         },
         () => {
           if (serial !== this.countSerial) return;
           this.draftTokens = null;
           this.showCount();
+          this.refresh();
         },
       );
     }, COUNT_DELAY_MS);
@@ -399,12 +411,16 @@ export class Composer {
     this.recordingBar.hidden = !(this.recording && this.recording !== "starting");
     this.element.classList.toggle("is-recording", recording);
 
+    const over = this.overBy();
     this.hint.textContent =
       blockedReason ??
       (recording
         ? "Recording… Esc or the microphone button stops it"
         : generating
           ? "Esc stops the answer"
-          : "Enter to send · Shift+Enter for a new line");
+          : over !== null
+            ? `Too long to send: ${formatInteger(over)} ${over === 1 ? "token" : "tokens"} more than the context has room for. Shorten it, or raise the context length.`
+            : "Enter to send · Shift+Enter for a new line");
+    this.hint.classList.toggle("over", over !== null && !generating && blockedReason === null && !recording);
   }
 }

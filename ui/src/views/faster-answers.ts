@@ -53,9 +53,9 @@ export class FasterPanel {
   }
 
   /** Reads where it stands (when the dialog opens). */
-  refresh(): void {
+  refresh(): Promise<void> {
     this.error = null;
-    void this.run(() => this.handlers.load());
+    return this.run(() => this.handlers.load());
   }
 
   /** Shows where it stands now (the backend's `faster-answers` events: a download going on). */

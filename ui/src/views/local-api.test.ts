@@ -37,7 +37,7 @@ function panelWith(status: LocalApiStatus, overrides: Partial<LocalApiHandlers> 
   };
   const panel = new LocalApiPanel(handlers);
   document.body.append(panel.element);
-  panel.refresh();
+  void panel.refresh();
   return { panel, handlers, copy };
 }
 
@@ -101,7 +101,7 @@ describe("the Local API panel", () => {
     await flush();
     expect($<HTMLInputElement>(panel, "local-api-toggle")?.checked).toBe(false);
     expect($(panel, "local-api-state")?.textContent).toContain("Off.");
-    expect($(panel, "local-api-address")).toBeNull();
+    expect(($(panel, "local-api-address")?.closest(".local-api-details") as HTMLElement).hidden).toBe(true);
 
     const toggle = $<HTMLInputElement>(panel, "local-api-toggle");
     if (toggle) toggle.checked = true;
@@ -231,6 +231,38 @@ describe("the Local API panel", () => {
     expect($(panel, "local-api-state")?.textContent).toBe(
       "On: serving gemma-4-e4b-it-4bit. Answering 2 requests; your own chats go first.",
     );
+    panel.element.remove();
+  });
+
+  it("keeps its controls in place as the status, the log and the activity change", async () => {
+    const { panel } = panelWith(OFF);
+    expect($(panel, "local-api-toggle")?.closest("[hidden]")).not.toBeNull(); // "Reading…" until it came
+    await flush();
+    const ids = ["local-api-toggle", "local-api-port", "local-api-key", "local-api-origins", "local-api-copy-key"];
+    const before = ids.map((id) => $(panel, id));
+    expect($(panel, "local-api-toggle")?.closest("[hidden]")).toBeNull();
+    panel.show(ON);
+    panel.activity(1);
+    panel.show({ ...ON, answering: 0 });
+    void panel.refresh();
+    await flush();
+    panel.logged(ENTRY);
+    expect(ids.map((id) => $(panel, id))).toEqual(before);
+    expect(before.every((element) => element?.isConnected)).toBe(true);
+    expect($(panel, "local-api-log-row")).not.toBeNull();
+    panel.element.remove();
+  });
+
+  it("keeps a port being typed while requests come and go", async () => {
+    const { panel } = panelWith(ON);
+    await flush();
+    const port = $<HTMLInputElement>(panel, "local-api-port");
+    if (port) port.value = "80";
+    panel.activity(1);
+    panel.show({ ...ON, answering: 1 });
+    expect(port?.value).toBe("80");
+    panel.show({ ...ON, port: 8000, address: "http://127.0.0.1:8000/v1" });
+    expect(port?.value).toBe("8000");
     panel.element.remove();
   });
 });

@@ -2,6 +2,9 @@
  * Settings → Local API: the switch that serves the loaded model to other programs on this
  * computer (OpenAI-compatible, 127.0.0.1 only, keyed), its address, port, key, allowed browser
  * origins, ready-to-paste examples, and the live request log.
+ *
+ * Its elements are built once and updated in place as the status, the log and the activity
+ * change: a control is never swapped for a copy while someone reaches for it.
  */
 import { errorMessage, type ApiLogEntry, type LocalApiChange, type LocalApiStatus } from "../api";
 import { checkboxField, el } from "../dom";
@@ -78,6 +81,13 @@ function clock(atMs: number): string {
   return [at.getHours(), at.getMinutes(), at.getSeconds()].map((n) => String(n).padStart(2, "0")).join(":");
 }
 
+/** A whole-number field applied when left: a value its `parse` refuses is said, not sent. */
+interface NumberRow {
+  input: HTMLInputElement;
+  help: HTMLElement;
+  element: HTMLElement;
+}
+
 export class LocalApiPanel {
   readonly element = el("section", {
     class: "model-panel local-api-panel",
@@ -85,47 +95,196 @@ export class LocalApiPanel {
     "aria-labelledby": "local-api-title",
   });
   private status: LocalApiStatus | null = null;
+  /** The status the fields were last filled from: a field changes only when its value did. */
+  private filled: LocalApiStatus | null = null;
   private entries: ApiLogEntry[] = [];
-  private error: string | null = null;
-  private notice = "";
   private keyShown = false;
   private busy = false;
   private originsDraft: string | null = null;
 
+  private readonly reading = el("p", { class: "field-help" }, "Reading…");
+  private readonly toggle = el("input", {
+    type: "checkbox",
+    id: "local-api-enabled",
+    "data-testid": "local-api-toggle",
+    "aria-describedby": "local-api-state",
+  });
+  private readonly toggleField = checkboxField(this.toggle, "Serve the model to other programs on this computer");
+  private readonly state = el("p", {
+    class: "field-help",
+    id: "local-api-state",
+    "data-testid": "local-api-state",
+    role: "status",
+  });
+  private readonly statusError = el("p", {
+    class: "form-error",
+    role: "alert",
+    "data-testid": "local-api-error",
+    hidden: true,
+  });
+  private readonly changeError = el("p", {
+    class: "form-error",
+    role: "alert",
+    "data-testid": "local-api-change-error",
+    hidden: true,
+  });
+  private readonly address = el("code", { "data-testid": "local-api-address" });
+  private readonly port = this.numberRow(
+    "port",
+    "Port",
+    (text, status) => parsePort(text, status),
+    (port) => this.change({ port }),
+  );
+  private readonly parallel = this.numberRow(
+    "parallel",
+    "Answers at once",
+    (text, status) => parseParallel(text, status),
+    (parallel) => this.change({ parallel }),
+  );
+  private readonly key = el("input", {
+    type: "password",
+    readonly: true,
+    "data-testid": "local-api-key",
+    "aria-label": "API key",
+    class: "local-api-key",
+  });
+  private readonly keyToggle = el("button", { type: "button", "data-testid": "local-api-key-toggle" }, "Show");
+  private readonly regenerate = el("button", { type: "button", "data-testid": "local-api-regenerate" }, "Regenerate");
+  private readonly origins = el("textarea", {
+    id: "local-api-origins",
+    "data-testid": "local-api-origins",
+    rows: "3",
+    placeholder: "https://app.example.com",
+    spellcheck: "false",
+  });
+  private readonly verbose = el("input", {
+    type: "checkbox",
+    id: "local-api-verbose",
+    "data-testid": "local-api-verbose",
+  });
+  private readonly notice = el("p", {
+    class: "field-help",
+    role: "status",
+    "data-testid": "local-api-notice",
+    hidden: true,
+  });
+  private readonly log = el("div", { class: "local-api-log-slot" });
+  private readonly details: HTMLElement;
+
   constructor(private readonly handlers: LocalApiHandlers) {
-    this.render();
+    this.toggle.addEventListener("change", () => this.change({ enabled: this.toggle.checked }));
+    this.keyToggle.addEventListener("click", () => {
+      this.keyShown = !this.keyShown;
+      this.update();
+    });
+    this.regenerate.addEventListener("click", () => void this.run(() => this.handlers.regenerateKey()));
+    this.origins.addEventListener("input", () => {
+      this.originsDraft = this.origins.value;
+    });
+    this.origins.addEventListener("change", () => {
+      const allowedOrigins = this.origins.value
+        .split("\n")
+        .map((line) => line.trim())
+        .filter((line) => line !== "");
+      this.change({ allowedOrigins });
+    });
+    this.verbose.addEventListener("change", () => this.change({ verbose: this.verbose.checked }));
+    this.details = el(
+      "div",
+      { class: "local-api-details" },
+      this.row(
+        "Address",
+        this.address,
+        this.copyButton("address", (status) => status.address),
+      ),
+      this.port.element,
+      this.parallel.element,
+      this.row(
+        "API key",
+        this.key,
+        this.keyToggle,
+        this.copyButton("key", (status) => status.key ?? ""),
+        this.regenerate,
+      ),
+      el(
+        "div",
+        { class: "field" },
+        el("label", { for: "local-api-origins" }, "Allowed browser origins"),
+        this.origins,
+        el(
+          "p",
+          { class: "field-help" },
+          "One per line, as scheme://host[:port]. Web pages from other origins get no answers. Empty: none.",
+        ),
+      ),
+      checkboxField(this.verbose, "Keep request bodies in the log (verbose)"),
+      el(
+        "div",
+        { class: "field local-api-examples" },
+        el("span", { class: "field-label" }, "Examples"),
+        el(
+          "div",
+          { class: "field-row" },
+          ...(["curl", "python", "node"] as const).map((kind) =>
+            this.copyButton(
+              kind,
+              (status) => snippet(kind, status.address, status.modelId ?? "MODEL", status.key ?? ""),
+              `Copy ${kind === "curl" ? "curl" : kind === "python" ? "Python" : "Node"} example`,
+            ),
+          ),
+        ),
+      ),
+      this.notice,
+      this.log,
+    );
+    this.element.append(
+      el("h2", { id: "local-api-title" }, "Local API"),
+      this.reading,
+      this.toggleField,
+      this.state,
+      this.statusError,
+      this.changeError,
+      this.details,
+    );
+    this.showLog();
+    this.update();
   }
 
   /** Reads where it stands and the log so far (when the dialog opens). */
-  refresh(): void {
-    this.error = null;
-    void this.run(() => this.handlers.load());
-    this.handlers.log().then(
+  refresh(): Promise<void> {
+    this.showChangeError(null);
+    // Read without marking the panel busy: the controls stay usable while it comes.
+    const status = this.handlers.load().then(
+      (status) => this.show(status),
+      (error) => this.showChangeError(`Could not read the Local API's state: ${errorMessage(error)}`),
+    );
+    const log = this.handlers.log().then(
       (entries) => {
         this.entries = entries.slice(-LOG_ROWS).reverse();
-        this.render();
+        this.showLog();
       },
       () => {},
     );
+    return Promise.all([status, log]).then(() => {});
   }
 
   /** Shows where it stands (the backend's `local-api` events). */
   show(status: LocalApiStatus): void {
     this.status = status;
-    this.render();
+    this.update();
   }
 
   /** A request ended (the backend's `api-request` events): the log's newest row. */
   logged(entry: ApiLogEntry): void {
     this.entries = [entry, ...this.entries].slice(0, LOG_ROWS);
-    this.render();
+    this.showLog();
   }
 
   /** How many answers are asked for now (the backend's `api-activity` events). */
   activity(answering: number): void {
     if (this.status === null) return;
     this.status = { ...this.status, answering };
-    this.render();
+    this.state.textContent = this.describe(this.status);
   }
 
   private change(patch: Partial<LocalApiChange>): void {
@@ -142,38 +301,43 @@ export class LocalApiPanel {
     void this.run(() => this.handlers.set(change));
   }
 
-  private render(): void {
+  /** Brings every element in line with the status, changing only what differs. */
+  private update(): void {
     const status = this.status;
-    const title = el("h2", { id: "local-api-title" }, "Local API");
-    if (status === null) {
-      this.element.replaceChildren(title, el("p", { class: "field-help" }, "Reading…"));
-      return;
-    }
-    const toggle = el("input", {
-      type: "checkbox",
-      id: "local-api-enabled",
-      "data-testid": "local-api-toggle",
-      "aria-describedby": "local-api-state",
-      disabled: this.busy,
-    });
-    toggle.checked = status.enabled;
-    toggle.addEventListener("change", () => this.change({ enabled: toggle.checked }));
-    this.element.replaceChildren(
-      title,
-      checkboxField(toggle, "Serve the model to other programs on this computer"),
-      el(
-        "p",
-        { class: "field-help", id: "local-api-state", "data-testid": "local-api-state", role: "status" },
-        this.describe(status),
-      ),
-      status.error === null
-        ? ""
-        : el("p", { class: "form-error", role: "alert", "data-testid": "local-api-error" }, status.error),
-      this.error === null
-        ? ""
-        : el("p", { class: "form-error", role: "alert", "data-testid": "local-api-change-error" }, this.error),
-      status.enabled ? this.details(status) : "",
+    const shown = status !== null;
+    this.reading.hidden = shown;
+    this.toggleField.hidden = !shown;
+    this.state.hidden = !shown;
+    this.details.hidden = !status?.enabled;
+    for (const control of [this.toggle, this.port.input, this.parallel.input, this.regenerate, this.verbose])
+      control.disabled = this.busy;
+    this.key.type = this.keyShown ? "text" : "password";
+    this.keyToggle.textContent = this.keyShown ? "Hide" : "Show";
+    if (status === null) return;
+    const before = this.filled;
+    this.filled = status;
+    this.toggle.checked = status.enabled;
+    setText(this.state, this.describe(status));
+    this.statusError.hidden = status.error === null;
+    setText(this.statusError, status.error ?? "");
+    setText(this.address, status.address);
+    if (before?.port !== status.port) this.port.input.value = String(status.port);
+    this.port.input.min = String(status.minPort);
+    this.port.input.max = String(status.maxPort);
+    setText(
+      this.port.help,
+      `${status.defaultPort} unless changed. A port in use by another program is refused, never swapped.`,
     );
+    if (before?.parallel !== status.parallel) this.parallel.input.value = String(status.parallel);
+    this.parallel.input.max = String(status.maxParallel);
+    setText(
+      this.parallel.help,
+      `${status.defaultParallel} unless changed. Requests beyond it wait for one to end; your own chats never wait. Each answer is the one it would be alone.`,
+    );
+    if (this.key.value !== (status.key ?? "")) this.key.value = status.key ?? "";
+    const origins = this.originsDraft ?? status.allowedOrigins.join("\n");
+    if (this.origins.value !== origins) this.origins.value = origins;
+    this.verbose.checked = status.verbose;
   }
 
   private describe(status: LocalApiStatus): string {
@@ -188,43 +352,9 @@ export class LocalApiPanel {
     return `On: ${model}.${answering}`;
   }
 
-  private details(status: LocalApiStatus): HTMLElement {
-    const key = status.key ?? "";
-    const model = status.modelId ?? "MODEL";
-    return el(
-      "div",
-      { class: "local-api-details" },
-      this.row(
-        "Address",
-        el("code", { "data-testid": "local-api-address" }, status.address),
-        this.copyButton("address", status.address),
-      ),
-      this.portRow(status),
-      this.parallelRow(status),
-      this.keyRow(key),
-      this.originsRow(status),
-      this.verboseRow(status),
-      el(
-        "div",
-        { class: "field local-api-examples" },
-        el("span", { class: "field-label" }, "Examples"),
-        el(
-          "div",
-          { class: "field-row" },
-          ...(["curl", "python", "node"] as const).map((kind) =>
-            this.copyButton(
-              kind,
-              snippet(kind, status.address, model, key),
-              `Copy ${kind === "curl" ? "curl" : kind === "python" ? "Python" : "Node"} example`,
-            ),
-          ),
-        ),
-      ),
-      this.notice === ""
-        ? ""
-        : el("p", { class: "field-help", role: "status", "data-testid": "local-api-notice" }, this.notice),
-      this.logTable(),
-    );
+  private showChangeError(message: string | null): void {
+    this.changeError.hidden = message === null;
+    setText(this.changeError, message ?? "");
   }
 
   private row(label: string, ...children: (HTMLElement | string)[]): HTMLElement {
@@ -236,198 +366,91 @@ export class LocalApiPanel {
     );
   }
 
-  private copyButton(what: string, text: string, label = "Copy"): HTMLElement {
+  /** Copies what `text` makes of the status shown when it is clicked. */
+  private copyButton(what: string, text: (status: LocalApiStatus) => string, label = "Copy"): HTMLElement {
     const button = el("button", { type: "button", "data-testid": `local-api-copy-${what}` }, label);
     button.addEventListener("click", () => {
-      void this.handlers.copy(text).then((ok) => {
-        this.notice = ok
+      if (this.status === null) return;
+      void this.handlers.copy(text(this.status)).then((ok) => {
+        this.notice.hidden = false;
+        this.notice.textContent = ok
           ? `Copied the ${what === "address" || what === "key" ? what : `${what} example`}.`
           : "Could not copy to the clipboard.";
-        this.render();
       });
     });
     return button;
   }
 
-  private portRow(status: LocalApiStatus): HTMLElement {
-    return this.numberRow({
-      id: "port",
-      label: "Port",
-      value: status.port,
-      min: status.minPort,
-      max: status.maxPort,
-      help: `${status.defaultPort} unless changed. A port in use by another program is refused, never swapped.`,
-      parse: (text) => parsePort(text, status),
-      apply: (port) => this.change({ port }),
-    });
-  }
-
-  private parallelRow(status: LocalApiStatus): HTMLElement {
-    return this.numberRow({
-      id: "parallel",
-      label: "Answers at once",
-      value: status.parallel,
-      min: 1,
-      max: status.maxParallel,
-      help: `${status.defaultParallel} unless changed. Requests beyond it wait for one to end; your own chats never wait. Each answer is the one it would be alone.`,
-      parse: (text) => parseParallel(text, status),
-      apply: (parallel) => this.change({ parallel }),
-    });
-  }
-
-  /** A whole-number field applied when left: a value `parse` refuses is said, not sent. */
-  private numberRow(field: {
-    id: string;
-    label: string;
-    value: number;
-    min: number;
-    max: number;
-    help: string;
-    parse: (text: string) => number | string;
-    apply: (value: number) => void;
-  }): HTMLElement {
-    const id = `local-api-${field.id}`;
-    const input = el("input", {
-      type: "number",
-      id,
-      "data-testid": id,
-      min: String(field.min),
-      max: String(field.max),
-      step: "1",
-      disabled: this.busy,
-    });
-    input.value = String(field.value);
+  private numberRow(
+    id: string,
+    label: string,
+    parse: (text: string, status: LocalApiStatus) => number | string,
+    apply: (value: number) => void,
+  ): NumberRow {
+    const inputId = `local-api-${id}`;
+    const input = el("input", { type: "number", id: inputId, "data-testid": inputId, min: "1", step: "1" });
     input.addEventListener("change", () => {
-      const value = field.parse(input.value);
+      if (this.status === null) return;
+      const value = parse(input.value, this.status);
       if (typeof value === "string") {
-        this.error = value;
-        this.render();
+        this.showChangeError(value);
         return;
       }
-      field.apply(value);
+      apply(value);
     });
-    return el(
-      "div",
-      { class: "field" },
-      el("label", { for: id }, field.label),
-      input,
-      el("p", { class: "field-help" }, field.help),
-    );
+    const help = el("p", { class: "field-help" });
+    return { input, help, element: el("div", { class: "field" }, el("label", { for: inputId }, label), input, help) };
   }
 
-  private keyRow(key: string): HTMLElement {
-    const input = el("input", {
-      type: this.keyShown ? "text" : "password",
-      readonly: true,
-      "data-testid": "local-api-key",
-      "aria-label": "API key",
-      class: "local-api-key",
-    });
-    input.value = key;
-    const show = el(
-      "button",
-      { type: "button", "data-testid": "local-api-key-toggle" },
-      this.keyShown ? "Hide" : "Show",
-    );
-    show.addEventListener("click", () => {
-      this.keyShown = !this.keyShown;
-      this.render();
-    });
-    const regenerate = el(
-      "button",
-      { type: "button", "data-testid": "local-api-regenerate", disabled: this.busy },
-      "Regenerate",
-    );
-    regenerate.addEventListener("click", () => void this.run(() => this.handlers.regenerateKey()));
-    return this.row("API key", input, show, this.copyButton("key", key), regenerate);
-  }
-
-  private originsRow(status: LocalApiStatus): HTMLElement {
-    const area = el("textarea", {
-      id: "local-api-origins",
-      "data-testid": "local-api-origins",
-      rows: "3",
-      placeholder: "https://app.example.com",
-      spellcheck: "false",
-    });
-    area.value = this.originsDraft ?? status.allowedOrigins.join("\n");
-    area.addEventListener("input", () => {
-      this.originsDraft = area.value;
-    });
-    area.addEventListener("change", () => {
-      const allowedOrigins = area.value
-        .split("\n")
-        .map((line) => line.trim())
-        .filter((line) => line !== "");
-      this.change({ allowedOrigins });
-    });
-    return el(
-      "div",
-      { class: "field" },
-      el("label", { for: "local-api-origins" }, "Allowed browser origins"),
-      area,
-      el(
-        "p",
-        { class: "field-help" },
-        "One per line, as scheme://host[:port]. Web pages from other origins get no answers. Empty: none.",
-      ),
-    );
-  }
-
-  private verboseRow(status: LocalApiStatus): HTMLElement {
-    const box = el("input", {
-      type: "checkbox",
-      id: "local-api-verbose",
-      "data-testid": "local-api-verbose",
-      disabled: this.busy,
-    });
-    box.checked = status.verbose;
-    box.addEventListener("change", () => this.change({ verbose: box.checked }));
-    return checkboxField(box, "Keep request bodies in the log (verbose)");
-  }
-
-  private logTable(): HTMLElement {
-    if (this.entries.length === 0)
-      return el("p", { class: "field-help", "data-testid": "local-api-log-empty" }, "No requests yet.");
+  /** The log's rows; only the log is redrawn as requests come, never the controls. */
+  private showLog(): void {
+    if (this.entries.length === 0) {
+      this.log.replaceChildren(
+        el("p", { class: "field-help", "data-testid": "local-api-log-empty" }, "No requests yet."),
+      );
+      return;
+    }
     const tokens = (n: number | null) => (n === null ? "—" : n.toLocaleString("en-US"));
-    return el(
-      "table",
-      { class: "local-api-log", "data-testid": "local-api-log" },
+    this.log.replaceChildren(
       el(
-        "thead",
-        {},
+        "table",
+        { class: "local-api-log", "data-testid": "local-api-log" },
         el(
-          "tr",
+          "thead",
           {},
-          ...["Time", "Client", "Path", "Status", "In", "Out", "ms"].map((h) => el("th", { scope: "col" }, h)),
-        ),
-      ),
-      el(
-        "tbody",
-        {},
-        ...this.entries.map((entry) =>
           el(
             "tr",
-            { "data-testid": "local-api-log-row" },
-            el("td", {}, clock(entry.atMs)),
-            el("td", { title: entry.client }, entry.client === "" ? "—" : entry.client),
+            {},
+            ...["Time", "Client", "Path", "Status", "In", "Out", "ms"].map((h) => el("th", { scope: "col" }, h)),
+          ),
+        ),
+        el(
+          "tbody",
+          {},
+          ...this.entries.map((entry) =>
             el(
-              "td",
-              {},
-              `${entry.method} ${entry.path}`,
-              entry.body === null
-                ? ""
-                : el(
-                    "details",
-                    {},
-                    el("summary", {}, "Body"),
-                    el("pre", { "data-testid": "local-api-log-body" }, entry.body),
-                  ),
+              "tr",
+              { "data-testid": "local-api-log-row" },
+              el("td", {}, clock(entry.atMs)),
+              el("td", { title: entry.client }, entry.client === "" ? "—" : entry.client),
+              el(
+                "td",
+                {},
+                `${entry.method} ${entry.path}`,
+                entry.body === null
+                  ? ""
+                  : el(
+                      "details",
+                      {},
+                      el("summary", {}, "Body"),
+                      el("pre", { "data-testid": "local-api-log-body" }, entry.body),
+                    ),
+              ),
+              el("td", {}, String(entry.status)),
+              el("td", {}, tokens(entry.promptTokens)),
+              el("td", {}, tokens(entry.completionTokens)),
+              el("td", {}, entry.ms.toLocaleString("en-US")),
             ),
-            el("td", {}, String(entry.status)),
-            el("td", {}, tokens(entry.promptTokens)),
-            el("td", {}, tokens(entry.completionTokens)),
-            el("td", {}, entry.ms.toLocaleString("en-US")),
           ),
         ),
       ),
@@ -436,16 +459,21 @@ export class LocalApiPanel {
 
   private async run(action: () => Promise<LocalApiStatus>): Promise<void> {
     this.busy = true;
-    this.error = null;
-    this.render();
+    this.showChangeError(null);
+    this.update();
     try {
       this.status = await action();
       this.originsDraft = null;
     } catch (error) {
-      this.error = errorMessage(error);
+      this.showChangeError(errorMessage(error));
     } finally {
       this.busy = false;
-      this.render();
+      this.update();
     }
   }
+}
+
+/** Sets an element's text only when it differs (an unchanged status is not announced again). */
+function setText(element: HTMLElement, text: string): void {
+  if (element.textContent !== text) element.textContent = text;
 }

@@ -10,6 +10,9 @@ const BUDGET_LABELS: Record<number, string> = {
   1120: "1120 — finest detail",
 };
 
+/** How long opening waits for the panels above the form to read their state before it focuses a field. */
+const PANELS_WAIT_MS = 1000;
+
 type NumberKey = "temperature" | "topP" | "topK" | "maxTokens" | "contextLength";
 
 /** A number setting as the form shows it; its limits come from the backend (`SettingsLimits`). */
@@ -108,8 +111,8 @@ export class SettingsDialog {
   constructor(
     private readonly handlers: SettingsDialogHandlers,
     private readonly limits: Value<SettingsLimits | null>,
-    /** Shown above the generation settings (Settings → Model). */
-    private readonly modelPanel: { element: HTMLElement; refresh(): void } | null = null,
+    /** Shown above the generation settings (Settings → Model); `refresh` settles once it has read its state. */
+    private readonly modelPanel: { element: HTMLElement; refresh(): Promise<unknown> | void } | null = null,
   ) {
     const cancel = el("button", { type: "button", "data-testid": "settings-cancel" }, "Cancel");
     cancel.addEventListener("click", () => this.close());
@@ -153,7 +156,7 @@ export class SettingsDialog {
     this.opener = document.activeElement instanceof HTMLElement ? document.activeElement : null;
     this.showError(null);
     this.clearFieldErrors();
-    this.modelPanel?.refresh();
+    const panels = Promise.resolve(this.modelPanel?.refresh()).catch(() => {});
     this.saveButton.disabled = true;
     this.element.showModal();
     try {
@@ -162,9 +165,13 @@ export class SettingsDialog {
     } catch (error) {
       this.showError(`Could not read the settings: ${errorMessage(error)}`);
     }
+    // The panels above the form grow as they read their state: scrolled before that, the field
+    // would be pushed out of view. A panel slow to answer does not hold the focus back for long.
+    await Promise.race([panels, new Promise((resolve) => setTimeout(resolve, PANELS_WAIT_MS))]);
+    if (!this.element.open) return;
     const field = this.inputs.get(focus);
-    field?.focus();
-    field?.scrollIntoView?.({ block: "nearest" });
+    field?.focus({ preventScroll: true });
+    field?.scrollIntoView?.({ block: "center" });
   }
 
   close(): void {

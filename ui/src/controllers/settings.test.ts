@@ -1,0 +1,194 @@
+// @vitest-environment jsdom
+// The window's Settings: the generation settings and Faster answers.
+// Whole-window tests run in jsdom (see test/window.ts).
+import "../test/dialog-polyfill";
+
+import { describe, expect, it, vi } from "vitest";
+
+import { drafterProgress } from "../test/backend";
+import { callsOf, handle } from "../test/fake-tauri";
+import { root, backend, settle, mount, $, press, click, useWindow } from "../test/window";
+
+vi.mock("@tauri-apps/api/core", () => import("../test/fake-tauri"));
+vi.mock("@tauri-apps/api/event", () => import("../test/fake-tauri"));
+
+useWindow();
+
+describe("settings", () => {
+  it("opens with Cmd+, and saves valid settings", async () => {
+    await mount();
+    press(document.body, ",", { metaKey: true });
+    await settle();
+    const dialog = $("settings-dialog") as HTMLDialogElement;
+    expect(dialog.open).toBe(true);
+    const temperature = $("setting-temperature") as HTMLInputElement;
+    expect(temperature.value).toBe("1");
+    temperature.value = "0.7";
+    ($("setting-thinking") as HTMLInputElement).checked = true;
+    click($("settings-save"));
+    await settle();
+    expect(callsOf("save_settings").at(-1)?.args).toEqual({
+      settings: { ...backend.settings, temperature: 0.7, thinking: true },
+    });
+    expect(dialog.open).toBe(false);
+  });
+
+  it("refuses invalid values with a message next to the field", async () => {
+    await mount();
+    click($("settings"));
+    await settle();
+    const topP = $("setting-topP") as HTMLInputElement;
+    topP.value = "3";
+    ($("setting-maxTokens") as HTMLInputElement).value = "1.5";
+    click($("settings-save"));
+    await settle();
+    expect(callsOf("save_settings")).toHaveLength(0);
+    expect(topP.getAttribute("aria-invalid")).toBe("true");
+    const describedBy = topP.getAttribute("aria-describedby")?.split(" ") ?? [];
+    const messagesText = describedBy.map((id) => root.querySelector(`#${id}`)?.textContent).join(" ");
+    expect(messagesText).toContain("Top P must be between 0.01 and 1.");
+    expect(root.textContent).toContain("Maximum answer length must be a whole number.");
+    expect(document.activeElement).toBe(topP);
+
+    // Fixing a value clears its error at once; the other stays until it is fixed too.
+    topP.value = "0.9";
+    topP.dispatchEvent(new Event("input", { bubbles: true }));
+    expect(topP.hasAttribute("aria-invalid")).toBe(false);
+    expect(root.textContent).not.toContain("Top P must be");
+    expect(root.textContent).toContain("Maximum answer length must be a whole number.");
+    // Typing in a field with no error shown shows none yet.
+    const temperature = $("setting-temperature") as HTMLInputElement;
+    temperature.value = "-";
+    temperature.dispatchEvent(new Event("input", { bubbles: true }));
+    expect(temperature.hasAttribute("aria-invalid")).toBe(false);
+  });
+
+  it("checks the limits the backend sends, not limits of its own", async () => {
+    backend.status.settingsLimits = {
+      ...backend.status.settingsLimits,
+      contextLength: { min: 1024, max: 8192 },
+      imageTokenBudgets: [70, 280],
+    };
+    await mount();
+    click($("settings"));
+    await settle();
+    const context = $("setting-contextLength") as HTMLInputElement;
+    expect([context.min, context.max]).toEqual(["1024", "8192"]);
+    const budgets = [...($("setting-imageTokenBudget") as HTMLSelectElement).options].map((o) => o.value);
+    expect(budgets).toEqual(["70", "280"]);
+    expect(($("setting-imageTokenBudget") as HTMLSelectElement).value).toBe("280");
+    context.value = "16384";
+    click($("settings-save"));
+    await settle();
+    expect(callsOf("save_settings")).toHaveLength(0);
+    expect(root.textContent).toContain("Context length must be between 1,024 and 8,192.");
+  });
+
+  it("shows the backend's validation error", async () => {
+    handle("save_settings", () => {
+      throw { kind: "invalidInput", message: "Context length exceeds what this model supports." };
+    });
+    await mount();
+    click($("settings"));
+    await settle();
+    click($("settings-save"));
+    await settle();
+    expect(($("settings-dialog") as HTMLDialogElement).open).toBe(true);
+    expect(root.querySelector(".settings-form .form-error")?.textContent).toBe(
+      "Context length exceeds what this model supports.",
+    );
+  });
+});
+
+describe("faster answers (Settings)", () => {
+  async function openFaster(): Promise<HTMLElement> {
+    await mount();
+    click($("settings"));
+    await settle();
+    return $("faster-panel") as HTMLElement;
+  }
+
+  it("names what to download when no assistant model is found, and switches on and off", async () => {
+    const panel = await openFaster();
+    const status = () => panel.querySelector('[data-testid="faster-status"]')?.textContent ?? "";
+    const toggle = () => panel.querySelector<HTMLInputElement>('[data-testid="faster-toggle"]');
+    expect(status()).toContain("No assistant model was found: download mlx-community/gemma-4-E4B-it-assistant-bf16");
+    expect(toggle()?.checked).toBe(true);
+    const box = toggle() as HTMLInputElement;
+    box.checked = false;
+    box.dispatchEvent(new Event("change"));
+    await settle();
+    expect(callsOf("set_faster_answers").at(-1)?.args).toEqual({ on: false });
+    expect(status()).toContain(
+      "Off: answers come from the model alone. When on, /models/gemma-4-E4B-it-assistant-bf16",
+    );
+    expect(toggle()?.checked).toBe(false);
+    const again = toggle() as HTMLInputElement;
+    again.checked = true;
+    again.dispatchEvent(new Event("change"));
+    await settle();
+    expect(status()).toContain("drafts 3 tokens at a time and the model checks them");
+  });
+
+  it("downloads the assistant model with progress and Cancel, then says it drafts", async () => {
+    const panel = await openFaster();
+    click(panel.querySelector('[data-testid="faster-download"]'));
+    await settle();
+    expect(callsOf("download_drafter")).toHaveLength(1);
+    backend.fasterChanged({ state: "downloading", progress: drafterProgress(53_000_000) });
+    const status = () => panel.querySelector('[data-testid="faster-status"]')?.textContent ?? "";
+    expect(status()).toContain("Downloading the assistant model: 53 MB of 159 MB, 12 MB/s");
+    expect(status()).toContain("Answers come from the model alone until it is here.");
+    const bar = panel.querySelector('[data-testid="faster-download-progress"]');
+    expect([bar?.getAttribute("value"), bar?.getAttribute("max")]).toEqual(["53000000", "159000000"]);
+    expect(panel.querySelector('[data-testid="faster-download"]')).toBeNull();
+    click(panel.querySelector('[data-testid="faster-cancel-download"]'));
+    await settle();
+    expect(callsOf("cancel_drafter_download")).toHaveLength(1);
+    backend.fasterChanged({
+      state: "on",
+      drafter: "/models/gemma-4-E4B-it-assistant-bf16",
+      blockSize: 4,
+      parameters: 78_517_764,
+    });
+    expect(status()).toContain("On: /models/gemma-4-E4B-it-assistant-bf16 drafts 3 tokens at a time");
+    expect(panel.querySelector('[data-testid="faster-download-progress"]')).toBeNull();
+  });
+
+  it("says why the last download of the assistant model stopped, and offers it again", async () => {
+    backend.faster = {
+      state: "missing",
+      repo: "mlx-community/gemma-4-E4B-it-assistant-bf16",
+      modelsDir: "/models",
+      failed:
+        "The download stopped: cannot reach huggingface.co; check the internet connection. Try again to resume it.",
+    };
+    const panel = await openFaster();
+    expect(panel.querySelector('[data-testid="faster-download-failed"]')?.textContent).toContain(
+      "cannot reach huggingface.co",
+    );
+    expect(panel.querySelector('[data-testid="faster-download"]')?.textContent).toBe(
+      "Download Assistant Model (159 MB)",
+    );
+  });
+
+  it("says why a drafter cannot be used, and a refused switch in words", async () => {
+    backend.faster = {
+      state: "refused",
+      drafter: "/x/assistant",
+      reason: "the drafter does not fit this model: its sliding_window is 64, the model's is 512",
+    };
+    handle("set_faster_answers", () => {
+      throw { kind: "invalid", message: "The engine has stopped." };
+    });
+    const panel = await openFaster();
+    expect(panel.querySelector('[data-testid="faster-status"]')?.textContent).toBe(
+      "/x/assistant cannot be used: the drafter does not fit this model: its sliding_window is 64, the model's is 512. Answers come from the model alone.",
+    );
+    const box = panel.querySelector<HTMLInputElement>('[data-testid="faster-toggle"]') as HTMLInputElement;
+    box.checked = false;
+    box.dispatchEvent(new Event("change"));
+    await settle();
+    expect(panel.querySelector('[data-testid="faster-error"]')?.textContent).toBe("The engine has stopped.");
+  });
+});

@@ -1,0 +1,106 @@
+/** Settings: the dialog with its panels (model, faster answers, Local API), and what saving changes. */
+import * as api from "../api";
+import type { Settings, UnlistenFn } from "../api";
+import { copyText } from "../clipboard";
+import { el } from "../dom";
+import { FasterPanel } from "../views/faster-answers";
+import { LocalApiPanel } from "../views/local-api";
+import { ModelPanel } from "../views/model-settings";
+import { SettingsDialog } from "../views/settings";
+import type { StatusBar } from "../views/status-bar";
+import type { ModelController } from "./model";
+import { contextWindow, type Shared } from "./shared";
+
+export class SettingsController {
+  readonly dialog: SettingsDialog;
+  private readonly fasterPanel: FasterPanel;
+  private readonly localApiPanel: LocalApiPanel;
+
+  constructor(
+    private readonly shared: Shared,
+    private readonly statusBar: StatusBar,
+    model: ModelController,
+  ) {
+    const { state, generations } = shared;
+    const modelPanel = new ModelPanel(
+      state.model,
+      () => state.status.get()?.downloads ?? [],
+      () => generations.current() !== undefined,
+      {
+        chooseFolder: async () => model.apply(await api.chooseModelFolder()),
+        download: (repo) => api.downloadModel(repo),
+        cancelDownload: () => api.cancelDownload(),
+        forget: () => model.forget(),
+      },
+    );
+    this.fasterPanel = new FasterPanel({
+      load: () => api.fasterAnswers(),
+      set: (on) => api.setFasterAnswers(on),
+      download: () => api.downloadDrafter(),
+      cancelDownload: () => api.cancelDrafterDownload(),
+    });
+    this.localApiPanel = new LocalApiPanel({
+      load: () => api.localApi(),
+      set: (change) => api.setLocalApi(change),
+      regenerateKey: () => api.regenerateApiKey(),
+      log: () => api.apiLog(),
+      copy: (text) => copyText(text),
+    });
+    const panels = [modelPanel, this.fasterPanel, this.localApiPanel];
+    this.dialog = new SettingsDialog(
+      { load: () => api.getSettings(), save: (settings) => this.save(settings) },
+      state.settingsLimits,
+      {
+        element: el("div", {}, ...panels.map((panel) => panel.element)),
+        refresh: () => {
+          modelPanel.refresh();
+          return Promise.all([this.fasterPanel.refresh(), this.localApiPanel.refresh()]);
+        },
+      },
+    );
+  }
+
+  /** Follows the backend's events about faster answers and the Local API. */
+  async listen(): Promise<UnlistenFn[]> {
+    return [
+      await api.onFasterAnswers((state) => this.fasterPanel.show(state)),
+      await api.onLocalApi((status) => {
+        this.localApiPanel.show(status);
+        this.statusBar.setApi(status.running, status.answering);
+      }),
+      await api.onApiRequest((entry) => this.localApiPanel.logged(entry)),
+      await api.onApiActivity(({ answering }) => {
+        this.localApiPanel.activity(answering);
+        this.statusBar.setApiAnswering(answering);
+      }),
+    ];
+  }
+
+  /** Reads the settings and where the Local API stands (at start). */
+  load(): void {
+    api.localApi().then(
+      (local) => {
+        this.localApiPanel.show(local);
+        this.statusBar.setApi(local.running, local.answering);
+      },
+      () => {},
+    );
+    api.getSettings().then(
+      (settings) => this.shared.state.settings.set(settings),
+      () => {},
+    );
+  }
+
+  private async save(settings: Settings): Promise<Settings> {
+    const { state } = this.shared;
+    const before = contextWindow(state) ?? 0;
+    const stored = await api.saveSettings(settings);
+    state.settings.set(stored);
+    const full = state.contextFull.get();
+    const now = contextWindow(state) ?? 0;
+    // The notice goes once the window grew past the one it was about, or holds what it needed.
+    if (full && (now > (full.window ?? before) || (full.needed !== null && full.needed < now)))
+      state.contextFull.set(null);
+    return stored;
+  }
+}
