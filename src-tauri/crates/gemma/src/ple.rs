@@ -34,7 +34,7 @@ pub struct PleTable {
 
 enum Source {
     Resident(Embedding),
-    File(FileRows),
+    File(Box<FileRows>),
 }
 
 impl PleTable {
@@ -57,7 +57,7 @@ impl PleTable {
         }
         match FileRows::locate(weights, vocab, width)? {
             Some(rows) => Ok(Self {
-                source: Source::File(rows),
+                source: Source::File(Box::new(rows)),
             }),
             None => Ok(Self {
                 source: Source::Resident(resident),
