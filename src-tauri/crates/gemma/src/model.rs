@@ -28,6 +28,10 @@ pub struct LoadOptions {
     pub kv_quantization: bool,
     /// Kernel choices and parallelism; defaults to [`Tuning::for_backend`].
     pub tuning: Tuning,
+    /// Keep the per-layer token table in MLX memory instead of reading its rows from the
+    /// checkpoint file per forward (`ple.rs`). A compiled decode step
+    /// (`Tuning::compiled_decode`) keeps it resident too: it cannot read files while replaying.
+    pub ple_resident: bool,
 }
 
 /// The source of [`Model`]'s ids.
@@ -77,7 +81,8 @@ impl Model {
         store.ignore_where(|name| is_unused(name, &shared, has_audio));
         // Missing or wrong tensors stand in as zeros until `finish` reports them all at once.
         let root = store.root(&config.quantization, dtype);
-        let text = TextModel::load(&root, &config, &table)?;
+        let ple_from_file = !options.ple_resident && !options.tuning.compiled_steps();
+        let text = TextModel::load(&root, &config, &table, ple_from_file)?;
         let vision = VisionTower::load(&root, &config, options.tuning)?;
         // The audio tower computes in float32 from its weights as stored, unless a dtype was
         // chosen (docs/AUDIO.md "The audio tower").
@@ -127,6 +132,11 @@ impl Model {
     /// The audio tower, when the checkpoint's config has one (`audio_config` not null).
     pub fn audio(&self) -> Option<&AudioTower> {
         self.audio.as_ref()
+    }
+
+    /// The per-layer token table (E2B/E4B), read from the file or resident (`ple.rs`).
+    pub fn ple_table(&self) -> Option<&crate::ple::PleTable> {
+        self.text.ple_table()
     }
 
     /// The per-layer geometry.

@@ -14,6 +14,7 @@ use crate::decoder::DecoderLayer;
 use crate::error::{Error, Result};
 use crate::fused::softcap;
 use crate::layers::{KvSource, LayerSpec};
+use crate::ple::PleTable;
 use crate::quant::{Embedding, Linear};
 use crate::rows::{row_positions, BatchedKv, LayerRows, RowsKv, RowsStep};
 use crate::tuning::Tuning;
@@ -63,7 +64,8 @@ impl Scales {
 /// The model-level tensors of the per-layer inputs (E2B/E4B): a token table and a projection
 /// of the embeddings, both split per layer.
 struct PerLayerEmbeddings {
-    embed_tokens_per_layer: Embedding,
+    /// Read from the checkpoint file per forward unless kept resident (`ple.rs`).
+    embed_tokens_per_layer: PleTable,
     per_layer_model_projection: Linear,
     per_layer_projection_norm: Array,
 }
@@ -92,7 +94,13 @@ pub struct TextModel {
 impl TextModel {
     /// Builds the decoder from `language_model.model.*`; what is missing or wrong is recorded in
     /// the store (which reports it all in one error) and stands in as zeros.
-    pub fn load(root: &Weights<'_>, config: &Config, table: &[LayerSpec]) -> Result<Self> {
+    /// `ple_from_file`: the per-layer token table stays in its file (`ple.rs`).
+    pub fn load(
+        root: &Weights<'_>,
+        config: &Config,
+        table: &[LayerSpec],
+        ple_from_file: bool,
+    ) -> Result<Self> {
         let text = &config.text;
         let weights = root.at("language_model.model");
         let hidden = text.hidden_size;
@@ -103,10 +111,11 @@ impl TextModel {
             let vocab = text.vocab_size_per_layer_input.unwrap_or(text.vocab_size);
             let width = num_layers * per_layer_width;
             Some(PerLayerEmbeddings {
-                embed_tokens_per_layer: Embedding::load(
+                embed_tokens_per_layer: PleTable::load(
                     &weights.at("embed_tokens_per_layer"),
                     vocab,
                     width,
+                    ple_from_file,
                 )?,
                 per_layer_model_projection: Linear::load(
                     &weights.at("per_layer_model_projection"),
@@ -162,6 +171,11 @@ impl TextModel {
         out.push(&self.norm);
         out.extend(self.scales.arrays());
         out
+    }
+
+    /// The per-layer token table, when the model has per-layer inputs.
+    pub fn ple_table(&self) -> Option<&PleTable> {
+        self.per_layer.as_ref().map(|p| &p.embed_tokens_per_layer)
     }
 
     /// The activation dtype.

@@ -19,6 +19,8 @@ pub struct TensorHeader {
     pub dtype: safetensors::Dtype,
     pub shape: Vec<usize>,
     pub file: PathBuf,
+    /// Where the tensor's data starts in `file`, in bytes from the file's start.
+    pub offset: u64,
 }
 
 /// The safetensors files of a model folder: from `model.safetensors.index.json` (which may list
@@ -127,13 +129,20 @@ pub fn read_header(path: &Path) -> Result<BTreeMap<String, TensorHeader>> {
     }
     let mut header = vec![0u8; header_len as usize];
     file.read_exact(&mut header).map_err(io)?;
-    parse_header(&header, file_len - 8 - header_len)
+    parse_header_entries(&header, file_len - 8 - header_len)
         .map(|tensors| {
             tensors
                 .into_iter()
-                .map(|(name, (dtype, shape))| {
+                .map(|(name, (dtype, shape, start))| {
                     let file = path.to_path_buf();
-                    (name, TensorHeader { dtype, shape, file })
+                    let offset = 8 + header_len + start;
+                    let header = TensorHeader {
+                        dtype,
+                        shape,
+                        file,
+                        offset,
+                    };
+                    (name, header)
                 })
                 .collect()
         })
@@ -149,6 +158,18 @@ pub fn parse_header(
     header: &[u8],
     data_len: u64,
 ) -> std::result::Result<BTreeMap<String, (safetensors::Dtype, Vec<usize>)>, String> {
+    parse_header_entries(header, data_len).map(|tensors| {
+        tensors
+            .into_iter()
+            .map(|(name, (dtype, shape, _))| (name, (dtype, shape)))
+            .collect()
+    })
+}
+
+/// [`parse_header`] with each tensor's start within the data.
+type Entries = BTreeMap<String, (safetensors::Dtype, Vec<usize>, u64)>;
+
+fn parse_header_entries(header: &[u8], data_len: u64) -> std::result::Result<Entries, String> {
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Entry {
@@ -197,7 +218,7 @@ pub fn parse_header(
             ));
         }
         spans.push((start, end, name.clone()));
-        tensors.insert(name, (entry.dtype, entry.shape));
+        tensors.insert(name, (entry.dtype, entry.shape, start));
     }
     spans.sort();
     let mut expected = 0;
@@ -453,6 +474,12 @@ impl<'a> Weights<'a> {
             .headers
             .get(&self.name(leaf))
             .map(|h| h.shape.as_slice())
+    }
+
+    /// Where `leaf` lies in its file (for a table read a row at a time, `ple.rs`).
+    pub fn located(&self, leaf: &str) -> Option<&'a TensorHeader> {
+        let store: &'a WeightStore = self.store;
+        store.headers.get(&self.name(leaf))
     }
 
     /// Records a problem found by a module (e.g. inconsistent quantization).

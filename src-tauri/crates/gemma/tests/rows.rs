@@ -18,6 +18,7 @@ fn load(name: &str, kv_quantization: bool, compiled: bool) -> Model {
             compiled_decode: compiled,
             ..Tuning::for_backend()
         },
+        ..LoadOptions::default()
     };
     Model::load(&common::fixture(name), &options).unwrap()
 }

@@ -5,6 +5,7 @@
 
 pub mod api_overhead;
 pub mod batch;
+pub mod memory;
 
 /// Names the step the bench is in, for `bench/cuda/apitrace.c` (which reads the file named by
 /// `APITRACE_PHASES`); nothing happens when the variable is unset.

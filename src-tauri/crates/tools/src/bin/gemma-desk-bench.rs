@@ -36,7 +36,7 @@ use tools::phase;
 )]
 struct Cli {
     /// The plan (`bench/reference_worker.py prepare` writes it).
-    #[arg(long, required_unless_present_any = ["api_overhead", "batch"])]
+    #[arg(long, required_unless_present_any = ["api_overhead", "batch", "memory"])]
     plan: Option<PathBuf>,
     /// Instead of the plan: several answers at once (`tools::batch`), from the batch plan
     /// `bench/batch.py` writes.
@@ -102,6 +102,21 @@ struct Cli {
     /// (default: the engine's), see `Tuning::matrix_rows`.
     #[arg(long)]
     matrix_rows: Option<usize>,
+    /// Instead of the plan: where the memory goes for the model in this folder
+    /// (`tools::memory`): weights by part, KV caches, MLX and process memory after loading and
+    /// after a prefill.
+    #[arg(long, value_name = "MODEL_DIR", conflicts_with_all = ["plan", "api_overhead", "batch"])]
+    memory: Option<PathBuf>,
+    /// Prompt lengths prefilled from empty caches with `--memory` (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "2048")]
+    memory_prefill: Vec<usize>,
+    /// A drafter folder whose weights `--memory` lists too.
+    #[arg(long)]
+    memory_drafter: Option<PathBuf>,
+    /// Keep the per-layer token table in MLX memory (`LoadOptions::ple_resident`), for A/B
+    /// measurements.
+    #[arg(long)]
+    ple_resident: bool,
     /// Whether a decode step replays one compiled function (`true`) or builds its graph anew
     /// (`false`); default: the engine's, see `Tuning::compiled_decode`.
     #[arg(long)]
@@ -648,6 +663,19 @@ fn main() -> Result<()> {
         println!("{}", tools::batch::run(&plan, &load)?);
         return Ok(());
     }
+    let ple_resident = cli.ple_resident;
+    if let Some(dir) = &cli.memory {
+        let options = LoadOptions {
+            dtype,
+            tuning,
+            ple_resident,
+            ..LoadOptions::default()
+        };
+        let (drafter, prefills) = (cli.memory_drafter.as_deref(), &cli.memory_prefill);
+        let report = tools::memory::run(dir, drafter, &options, prefills, cli.prefill_chunk)?;
+        println!("{report}");
+        return Ok(());
+    }
     let plan_path = cli.plan.as_ref().context("--plan is required")?;
     let plan: Plan = serde_json::from_str(
         &std::fs::read_to_string(plan_path)
@@ -658,6 +686,7 @@ fn main() -> Result<()> {
     let options = LoadOptions {
         dtype,
         tuning,
+        ple_resident,
         ..LoadOptions::default()
     };
     phase("load");

@@ -1,0 +1,224 @@
+//! `gemma-desk-bench --memory MODEL_DIR`: where the memory goes (`docs/BENCHMARK.md`, "Memory").
+//!
+//! One process, one JSON object: the checkpoint's weights by part (as stored, and which parts
+//! the loaded model holds in MLX memory), the KV caches of one conversation at 4k, 32k and 128k
+//! positions (in the activation dtype, and stored with 8 and 4 KV bits), and MLX's active and
+//! peak bytes and the process's resident set after loading and after a prefill through the
+//! engine's own path (`TokenStream::start`: chunked as the app chunks, logits of the last row
+//! only). `bench/memory.py` runs it beside mlx-vlm and prints the table.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use serde_json::{json, Value};
+
+use engine::generate::GenerateOptions;
+use engine::stream::{Session, TokenStream};
+use gemma::config::AttentionKind;
+use gemma::memory::{counters, process_rss, release_cache, reset_peak};
+use gemma::{LoadOptions, Model};
+
+/// The parts the table names, in its order, and which tensor names belong to each.
+const PARTS: [&str; 8] = [
+    "decoder layers",
+    "embedding / tied head",
+    "PLE table",
+    "PLE projection",
+    "vision tower",
+    "audio tower",
+    "other",
+    "drafter",
+];
+
+/// The part a checkpoint tensor belongs to.
+pub fn part_of(name: &str) -> &'static str {
+    let text = "language_model.model.";
+    match name.strip_prefix(text) {
+        Some(rest) if rest.starts_with("layers.") => "decoder layers",
+        Some(rest) if rest.starts_with("embed_tokens_per_layer.") => "PLE table",
+        Some(rest) if rest.starts_with("embed_tokens.") => "embedding / tied head",
+        Some(rest)
+            if rest.starts_with("per_layer_model_projection.")
+                || rest.starts_with("per_layer_projection_norm.") =>
+        {
+            "PLE projection"
+        }
+        _ if name.starts_with("vision_tower.") || name.starts_with("embed_vision.") => {
+            "vision tower"
+        }
+        _ if name.starts_with("audio_tower.") || name.starts_with("embed_audio.") => "audio tower",
+        _ => "other",
+    }
+}
+
+/// Bytes of the checkpoint in `dir` by part, as stored.
+pub fn stored_by_part(dir: &Path) -> Result<Vec<(&'static str, u64)>> {
+    let mut sums = vec![0u64; PARTS.len()];
+    for path in gemma::weights::checkpoint_files(dir)? {
+        for (name, h) in gemma::weights::read_header(&path)? {
+            let bytes = h.shape.iter().product::<usize>() as u64 * h.dtype.bitsize() as u64 / 8;
+            let part = PARTS.iter().position(|p| *p == part_of(&name)).unwrap_or(6);
+            sums[part] += bytes;
+        }
+    }
+    Ok(PARTS.iter().copied().zip(sums).collect())
+}
+
+/// Bytes of one conversation's K/V after `positions` tokens: every cache-owning layer's keys
+/// and values, at `bytes_per_value` (2 for bf16; `bits/8 + 2·2/group` stored quantized).
+pub fn kv_bytes(model: &Model, positions: usize, bytes_per_value: f64) -> u64 {
+    let text = &model.config().text;
+    model
+        .layers()
+        .iter()
+        .filter(|l| l.owns_kv())
+        .map(|l| {
+            let held = match l.kind {
+                AttentionKind::Full => positions,
+                AttentionKind::Sliding => positions.min(text.sliding_window),
+            };
+            let values = 2 * held * text.num_key_value_heads * l.head_dim;
+            (values as f64 * bytes_per_value).ceil() as u64
+        })
+        .sum()
+}
+
+/// MLX's counters and the process's resident set now, as JSON (buffer cache not emptied).
+fn snapshot() -> Result<Value> {
+    let c = counters()?;
+    Ok(json!({
+        "mlx_active_bytes": c.active,
+        "mlx_peak_bytes": c.peak,
+        "mlx_cache_bytes": c.cache,
+        "rss_bytes": process_rss(),
+    }))
+}
+
+/// A prompt of `len` ids from the vocabulary, none of them a media placeholder.
+fn prompt(model: &Model, len: usize) -> Vec<u32> {
+    let config = model.config();
+    let vocab = config.text.vocab_size as u32;
+    let media = [
+        config.image_token_id,
+        config.audio_token_id,
+        config.video_token_id,
+    ];
+    let mut ids = vec![2u32];
+    let mut next = 7u64;
+    while ids.len() < len {
+        next = next
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let id = 10 + ((next >> 33) as u32) % (vocab - 10);
+        if !media.contains(&Some(id)) {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
+/// Measures `dir` (and the drafter folder `drafter`, if any) loaded with `options`; prefill of
+/// each length in `prefills` from empty caches, in the engine's chunks of `chunk`.
+pub fn run(
+    dir: &Path,
+    drafter: Option<&Path>,
+    options: &LoadOptions,
+    prefills: &[usize],
+    chunk: Option<usize>,
+) -> Result<Value> {
+    let mut parts = stored_by_part(dir)?;
+    if let Some(drafter) = drafter {
+        let bytes: u64 = stored_by_part(drafter)?.iter().map(|(_, b)| b).sum();
+        parts.push(("drafter", bytes));
+    }
+    release_cache()?;
+    reset_peak()?;
+    let before = snapshot()?;
+    let started = Instant::now();
+    let model = Model::load(dir, options).with_context(|| format!("loading {}", dir.display()))?;
+    let load_s = started.elapsed().as_secs_f64();
+    let after_load = snapshot()?;
+    let ple = model.ple_table();
+    let ple_from_file = ple.is_some_and(|t| t.from_file());
+    let held: Vec<Value> = parts
+        .iter()
+        .filter(|(part, _)| *part != "drafter")
+        .map(|(part, bytes)| {
+            let in_mlx = !(*part == "PLE table" && ple_from_file);
+            json!({"part": part, "stored_bytes": bytes, "in_mlx": in_mlx})
+        })
+        .chain(
+            parts
+                .iter()
+                .filter(|(part, _)| *part == "drafter")
+                .map(|(part, bytes)| json!({"part": part, "stored_bytes": bytes, "in_mlx": false})),
+        )
+        .collect();
+    let dtype_bytes = match model.dtype() {
+        mlx_rs::Dtype::Float32 => 4.0,
+        _ => 2.0,
+    };
+    let kv: Vec<Value> = [4096usize, 32768, 131072]
+        .iter()
+        .map(|&p| {
+            json!({
+                "positions": p,
+                "activation_dtype_bytes": kv_bytes(&model, p, dtype_bytes),
+                "bf16_bytes": kv_bytes(&model, p, 2.0),
+                "kv8_bytes": kv_bytes(&model, p, 1.0 + 4.0 / 64.0),
+                "kv4_bytes": kv_bytes(&model, p, 0.5 + 4.0 / 64.0),
+            })
+        })
+        .collect();
+    let mut generate = GenerateOptions {
+        max_tokens: 1,
+        context_window: prefills.iter().max().copied().unwrap_or(0) + 16,
+        ..GenerateOptions::default()
+    };
+    if let Some(chunk) = chunk {
+        generate.prefill_chunk = chunk;
+    }
+    let mut prefill_runs = Vec::new();
+    for &len in prefills {
+        release_cache()?;
+        reset_peak()?;
+        let start = snapshot()?;
+        let ids = prompt(&model, len);
+        let mut session = Session::new(&model);
+        let started = Instant::now();
+        let cancel = AtomicBool::new(false);
+        let mut stream =
+            TokenStream::start(&model, &mut session, &ids, &mut [], &generate, &cancel)?;
+        let first = stream.next_token()?;
+        let secs = started.elapsed().as_secs_f64();
+        let during = snapshot()?;
+        drop(stream);
+        prefill_runs.push(json!({
+            "tokens": len,
+            "chunk": generate.prefill_chunk,
+            "seconds": secs,
+            "first_token": first,
+            "before": start,
+            "after": during,
+            "kv_bytes_estimate": model.kv_bytes(len),
+        }));
+        drop(session);
+    }
+    release_cache()?;
+    Ok(json!({
+        "model": dir.display().to_string(),
+        "backend": mlx_sys::FLAVOR,
+        "dtype": format!("{:?}", model.dtype()),
+        "ple_from_file": ple_from_file,
+        "ple_table_bytes": ple.map(|t| t.stored_bytes()),
+        "load_seconds": load_s,
+        "weights_by_part": held,
+        "kv_caches": kv,
+        "before_load": before,
+        "after_load": after_load,
+        "prefills": prefill_runs,
+        "cache_limit_bytes": gemma::memory::DEFAULT_CACHE_LIMIT,
+    }))
+}
