@@ -5,6 +5,10 @@
 //! `#[path]` makes a file's own `mod common;` find tests/common/, as in a binary of its own.
 //! `.ci/check_tests.py` (in `make lint`) fails when a file in tests/ is in neither place.
 
+// Each file declares its own `mod common;`, as a test binary of its own would: one copy of the
+// helpers per file, and a file moves between here and a `[[test]]` of its own unchanged.
+#![allow(clippy::duplicate_mod)]
+
 #[path = "attention.rs"]
 mod attention;
 #[path = "audio.rs"]
