@@ -97,7 +97,7 @@ $(PYENV)/.installed: tests/requirements.txt tests/requirements-nodeps.txt
 	$(PYENV)/bin/pip install -q --disable-pip-version-check --no-deps -r tests/requirements-nodeps.txt
 	touch $@
 
-# A debug build: it only relays WebDriver requests, and compiles in about half the time.
+# A debug build: it only relays WebDriver requests, and unoptimised it compiles faster.
 tauri-driver: $(TAURI_DRIVER)
 $(TAURI_DRIVER):
 	cargo install -q --debug tauri-driver --version 2.1.0 --locked --root $(DEPS)/cargo
