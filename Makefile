@@ -36,10 +36,11 @@ TAURI_DRIVER := $(DEPS)/cargo/bin/tauri-driver
 PYENV := $(DEPS)/py
 
 .PHONY: run test deps system-deps mlx-wheel ui-deps ui py-deps tauri-driver \
-        fixtures build-all test-rust test-ui test-parity test-api test-e2e app lint clean-deps api-node-deps
+        fixtures build-all test-rust test-ui test-parity test-api test-e2e app lint lint-sources \
+        clean-deps api-node-deps
 
 # ---------------------------------------------------------------- the two commands
-run: deps build-all
+run: deps app
 	$(APP)
 
 test: deps ui py-deps tauri-driver
@@ -74,7 +75,11 @@ ui/node_modules/.installed: ui/package-lock.json
 	cd ui && npm ci --no-audit --no-fund
 	touch $@
 
-ui: ui-deps
+# Built again only when a file of ui/ changed: each build rewrites ui/dist, which the app embeds,
+# so an unchanged UI built again would also compile and link the app again.
+UI_SOURCES := $(shell find ui -path ui/node_modules -prune -o -path ui/dist -prune -o -type f -print)
+ui: ui/dist/index.html
+ui/dist/index.html: ui/node_modules/.installed $(UI_SOURCES)
 	cd ui && npm run build
 
 # The official openai Node SDK for the local API's client test (tests/api/node, its own lock file).
@@ -92,9 +97,10 @@ $(PYENV)/.installed: tests/requirements.txt tests/requirements-nodeps.txt
 	$(PYENV)/bin/pip install -q --disable-pip-version-check --no-deps -r tests/requirements-nodeps.txt
 	touch $@
 
+# A debug build: it only relays WebDriver requests, and unoptimised it compiles faster.
 tauri-driver: $(TAURI_DRIVER)
 $(TAURI_DRIVER):
-	cargo install -q tauri-driver --version 2.1.0 --locked --root $(DEPS)/cargo
+	cargo install -q --debug tauri-driver --version 2.1.0 --locked --root $(DEPS)/cargo
 
 clean-deps:
 	rm -rf $(DEPS) ui/node_modules
@@ -109,13 +115,21 @@ $(FIXTURES)/.stamp: $(PYENV)/.installed $(wildcard tests/fixtures/*)
 	touch $@
 
 # ---------------------------------------------------------------- tests
+# The build of `make test` is also its clippy: the workspace's own crates are compiled by
+# clippy-driver, as `cargo clippy --workspace --all-targets -- -D warnings` would check them
+# (RUSTC_WORKSPACE_WRAPPER and CLIPPY_ARGS are what `cargo clippy` hands it), and the dependencies
+# by rustc as in any build. A separate `cargo clippy` would check every dependency a second time.
+CLIPPY_DRIVER := $(shell rustup which clippy-driver 2>/dev/null || command -v clippy-driver)
+LINTED := RUSTC_WORKSPACE_WRAPPER=$(CLIPPY_DRIVER) CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+
 # Every binary, example and test with one feature set (the one `cargo test --workspace` uses), so
 # the later steps reuse this build instead of re-resolving features per package.
 build-all: ui
-	cargo build --workspace --all-targets
+	@[ -x "$(CLIPPY_DRIVER)" ] || { echo "clippy is missing. Install it with: rustup component add clippy"; exit 1; }
+	$(LINTED) cargo build --workspace --all-targets
 
 test-rust: fixtures build-all
-	GEMMA_FIXTURES=$(ROOT)/$(FIXTURES) cargo test --workspace --all-targets
+	GEMMA_FIXTURES=$(ROOT)/$(FIXTURES) $(LINTED) cargo test --workspace --all-targets
 
 test-ui:
 	cd ui && npm test
@@ -137,23 +151,27 @@ test-api: fixtures build-all api-node-deps
 test-e2e: fixtures build-all api-node-deps
 	GEMMA_FIXTURES=$(ROOT)/$(FIXTURES) tests/e2e/run.sh $(APP)
 
-app:
+# The app alone, compiled by plain rustc: a lint a newer clippy adds never stops `make run`.
+app: ui
 	cargo build -p gemma-desk
 
-# Every backticked code name in docs/ and README.md exists in the tree (.ci/check_doc_idents.py);
-# names in a --warn-only doc are printed without failing.
-DOCS_WARN_ONLY := docs/ENGINE.md,docs/SPECULATIVE.md,docs/MODEL.md,docs/QUIRKS.md,docs/BENCHMARK.md
-lint: ui
-	$(PYTHON) .ci/check_doc_idents.py --warn-only $(DOCS_WARN_ONLY)
+# clippy is build-all (above); the checks that need no build run first.
+# Every backticked code name in docs/ and README.md exists in the tree (.ci/check_doc_idents.py).
+lint: lint-sources build-all
+lint-sources: ui-deps
+	$(PYTHON) .ci/check_doc_idents.py
 	cargo fmt --all --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	$(PYTHON) .ci/check_tests.py
 	cd ui && npm run lint
 
 # ---------------------------------------------------------------- the Mac, checked from anywhere
 # `make check-macos` (CI, after `make test`): the bundle config against the macOS wheel, the workspace
 # checked and clippy-clean for aarch64-apple-darwin, the CLI linked into a Mach-O arm64 executable
 # (docs/MACOS.md). zig from PyPI compiles and links for macOS; .ci/macos/env.sh sets it all up.
+# The CLI is built as clippy checked it (the whole workspace's features, through clippy-driver),
+# so the build scripts' runs (mlx-c compiled by zig among them) are shared, not repeated.
 MACOS_TARGET := aarch64-apple-darwin
+MACOS_TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 MACOS_WHEEL_DIR := $(DEPS)/mlx-metal
 ZIG_VERSION := 0.15.2
 MACOS_ENV := . .ci/macos/env.sh &&
@@ -178,11 +196,10 @@ $(DEPS)/zig/.installed-$(ZIG_VERSION):
 
 check-macos: macos-deps ui
 	$(PYTHON) .ci/macos/check_bundle.py src-tauri/tauri.conf.json
-	$(MACOS_ENV) cargo check --target $(MACOS_TARGET) --workspace --all-targets
 	$(MACOS_ENV) cargo clippy --target $(MACOS_TARGET) --workspace --all-targets -- -D warnings
-	$(MACOS_ENV) cargo build --target $(MACOS_TARGET) -p tools --bin gemma-desk-cli
-	file target/macos/$(MACOS_TARGET)/debug/gemma-desk-cli
-	$(PYTHON) .ci/macos/check_link.py target/macos $(MACOS_WHEEL_DIR)/mlx/lib
+	$(MACOS_ENV) $(LINTED) cargo build --target $(MACOS_TARGET) --workspace --bin gemma-desk-cli
+	file $(MACOS_TARGET_DIR)/$(MACOS_TARGET)/debug/gemma-desk-cli
+	$(PYTHON) .ci/macos/check_link.py $(MACOS_TARGET_DIR) $(MACOS_WHEEL_DIR)/mlx/lib
 
 # ---------------------------------------------------------------- fuzzing (not part of `make test`)
 # Each cargo-fuzz target (fuzz/fuzz_targets/) runs FUZZ_SECONDS under libFuzzer on nightly Rust,

@@ -7,7 +7,7 @@
   what its build script (src-tauri/build.rs) printed in the macOS build, where the bundle puts
   libmlx.dylib and mlx.metallib.
 
-Usage: python3 .ci/macos/check_link.py TARGET_DIR WHEEL_LIB_DIR   (TARGET_DIR: e.g. target/macos)
+Usage: python3 .ci/macos/check_link.py TARGET_DIR WHEEL_LIB_DIR   (TARGET_DIR: e.g. target)
 """
 
 import sys
@@ -53,7 +53,10 @@ def check_app_rpath(target_dir: Path) -> list[str]:
         key=lambda p: p.stat().st_mtime,
     )
     if not outputs:
-        return [f"no run of the app's build script under {target_dir}/{TRIPLE}: cargo check first"]
+        return [
+            f"no run of the app's build script under {target_dir}/{TRIPLE}: "
+            f"cargo clippy --target {TRIPLE} first"
+        ]
     lines = outputs[-1].read_text().splitlines()
     wanted = f"-Wl,-rpath,{BUNDLE_RPATH}"
     prefixes = ("cargo:rustc-link-arg=", "cargo::rustc-link-arg=")

@@ -1,16 +1,18 @@
 # The environment for building the workspace for aarch64-apple-darwin on a non-Mac (make check-macos).
 # Source it from bash, in a subshell: `(. .ci/macos/env.sh && cargo check --target aarch64-apple-darwin)`.
 # Needs what `make macos-deps` installs: the rust target, zig in .deps/zig, the wheel in .deps/mlx-metal.
-# Host builds (build scripts, proc macros) are untouched: the tool variables name the target, and
-# the rest matter only to Apple targets or to target/macos.
+# Host builds (build scripts, proc macros) are untouched, so the Linux build's serve here: the tool
+# variables name the target, and the rest matter only to Apple targets.
 
 macos_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 macos_root=$(cd "$macos_dir/../.." && pwd)
 
 # The app's minimumSystemVersion and libmlx.dylib's minimum; rustc and the zig wrappers read it.
 export MACOSX_DEPLOYMENT_TARGET=14.0
-# Its own target dir: nothing of the Linux build is reusable, and a cache can key on it alone.
-export CARGO_TARGET_DIR=$macos_root/target/macos
+# The Linux build's target dir (or the caller's): cargo puts the Mac's crates in its
+# aarch64-apple-darwin/ and reuses the build scripts and proc macros already compiled for the
+# host (all but a few of them), which a target dir of its own would compile again.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$macos_root/target}
 export MLX_WHEEL_DIR=$macos_root/.deps/mlx-metal
 
 export ZIG=$macos_root/.deps/zig/ziglang/zig
