@@ -281,8 +281,7 @@ pub const FEW_QUERIES: usize = 64;
 /// `[b, heads, T, d]`. The `heads / kv_heads` query heads of a K/V head and their T queries
 /// are the rows of one matrix for both products (as [`DecodeAttention::GroupedRows`] does for
 /// one query): 5 primitives fewer per layer than MLX's generic composition, which broadcasts
-/// the K/V heads over the group (MLX-CUDA 0.32.2, head sizes 256 and 512: a verify of 4 rows
-/// went from 1,960 to 1,750 primitives).
+/// the K/V heads over the group (bench/results.md, "speculative verify on MLX-CUDA").
 pub fn attention_of_few_queries(
     q: &Array,
     keys: &Array,
