@@ -114,6 +114,8 @@ pub(crate) struct Batch<'m> {
     waiting_prompts: RefCell<HashMap<u64, usize>>,
     markers: Markers,
     running: Running,
+    /// The buffers the rows' decode steps share.
+    kv: gemma::BatchKvCache,
 }
 
 impl<'m> Batch<'m> {
@@ -124,6 +126,7 @@ impl<'m> Batch<'m> {
             waiting_prompts: RefCell::default(),
             markers: Markers::new(&m.tokenizer),
             running,
+            kv: gemma::BatchKvCache::new(),
         }
     }
 
@@ -188,7 +191,8 @@ impl<'m> Batch<'m> {
     pub fn start(&mut self, mut job: Job, sessions: &mut Sessions) {
         self.waiting_prompts.get_mut().remove(&job.id);
         let m = self.m;
-        let (rows, markers, running) = (&mut self.rows, &self.markers, &self.running);
+        let (rows, markers, running, kv) =
+            (&mut self.rows, &self.markers, &self.running, &mut self.kv);
         let mut longest = 0;
         let mut started = || -> Result<TokenStream<'m>, EngineError> {
             let request = &job.request;
@@ -218,7 +222,7 @@ impl<'m> Batch<'m> {
                 });
                 // Between two chunks, the answers already running take a step.
                 if p.done > 0 && p.done < p.total {
-                    step(rows, markers, sessions, running, &m.model);
+                    step(rows, markers, sessions, running, kv);
                 }
             };
             let mut stream = m.token_stream_reporting(
@@ -271,7 +275,7 @@ impl<'m> Batch<'m> {
             &self.markers,
             sessions,
             &self.running,
-            &self.m.model,
+            &mut self.kv,
         );
     }
 }
@@ -281,7 +285,7 @@ fn step<'m>(
     markers: &Markers,
     sessions: &mut Sessions,
     running: &Running,
-    model: &gemma::Model,
+    kv: &mut gemma::BatchKvCache,
 ) {
     if rows.is_empty() {
         return;
@@ -289,7 +293,7 @@ fn step<'m>(
     let results = {
         let mut streams: Vec<&mut TokenStream<'m>> =
             rows.iter_mut().map(|r| &mut r.stream).collect();
-        next_tokens(&mut streams)
+        next_tokens(&mut streams, kv)
     };
     let mut ended = Vec::new();
     for (k, (row, result)) in rows.iter_mut().zip(results).enumerate() {
@@ -356,10 +360,9 @@ fn step<'m>(
         }
         last_events.push((id, events, sent));
     }
-    // A lone answer steps over the rows' buffers only when its decode step is compiled
-    // (`Tuning::compiled_decode`); otherwise they can go once fewer than two answers run.
-    if rows.is_empty() || (rows.len() < 2 && !model.tuning().compiled_steps()) {
-        model.release_rows();
+    // The rows' buffers can go once fewer than two answers run.
+    if rows.len() < 2 {
+        kv.clear();
     }
     for (id, mut events, sent) in last_events {
         for event in sent {

@@ -916,10 +916,14 @@ impl<'a> TokenStream<'a> {
 
 /// The next id of each stream, as [`TokenStream::next_token`] gives it, with the plain decode
 /// steps of every stream that takes one now run as one forward of the model
-/// ([`Model::forward_rows`]): continuous batching. Each row is sampled by its own stream's
-/// sampler (its own seed and random stream), so every answer is the one it would be alone.
-/// Streams that speculate, follow a grammar, hand out ids already read or end now step alone.
-pub fn next_tokens(streams: &mut [&mut TokenStream<'_>]) -> Vec<Result<Option<u32>>> {
+/// ([`Model::forward_rows`], over the buffers of `kv`, which the caller keeps from step to
+/// step): continuous batching. Each row is sampled by its own stream's sampler (its own seed
+/// and random stream), so every answer is the one it would be alone. Streams that speculate,
+/// follow a grammar, hand out ids already read or end now step alone.
+pub fn next_tokens(
+    streams: &mut [&mut TokenStream<'_>],
+    kv: &mut gemma::BatchKvCache,
+) -> Vec<Result<Option<u32>>> {
     let shared: Vec<usize> = (0..streams.len())
         .filter(|&i| {
             streams[i].shares_next_step() && std::ptr::eq(streams[i].model, streams[0].model)
@@ -933,7 +937,7 @@ pub fn next_tokens(streams: &mut [&mut TokenStream<'_>]) -> Vec<Result<Option<u3
             .filter(|(i, _)| shared.contains(i))
             .map(|(_, s)| &mut **s)
             .collect();
-        match step_rows(&mut rows) {
+        match step_rows(&mut rows, kv) {
             Ok(tokens) => {
                 for (&i, token) in shared.iter().zip(tokens) {
                     out[i] = Some(Ok(Some(token)));
@@ -960,7 +964,7 @@ pub fn next_tokens(streams: &mut [&mut TokenStream<'_>]) -> Vec<Result<Option<u3
 /// One plain decode step of every row together (each row's pending id fed forward, the
 /// rows' next ids sampled and dispatched, the pending ids read): the batched form of the
 /// plain step in [`TokenStream::next_token`].
-fn step_rows(rows: &mut [&mut TokenStream<'_>]) -> Result<Vec<u32>> {
+fn step_rows(rows: &mut [&mut TokenStream<'_>], kv: &mut gemma::BatchKvCache) -> Result<Vec<u32>> {
     let Some(model) = rows.first().map(|r| r.model) else {
         return Ok(Vec::new());
     };
@@ -979,7 +983,7 @@ fn step_rows(rows: &mut [&mut TokenStream<'_>]) -> Result<Vec<u32>> {
             .iter_mut()
             .map(|r| r.session.caches.as_mut_slice())
             .collect();
-        model.forward_rows(&ids, &mut caches)?
+        model.forward_rows(&ids, &mut caches, kv)?
     };
     let mut nexts = Vec::with_capacity(rows.len());
     for (k, (row, y)) in rows.iter_mut().zip(&ys).enumerate() {

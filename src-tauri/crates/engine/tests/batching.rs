@@ -92,6 +92,7 @@ fn together(m: &LoadedModel, rows: &[Row]) -> (Vec<Vec<u32>>, Vec<StreamEnd>, us
     let mut running = Vec::new(); // (row index, stream)
     let mut widest = 0;
     let mut step = 0;
+    let mut kv = gemma::BatchKvCache::new();
     while ends.iter().any(Option::is_none) {
         for (i, row) in rows.iter().enumerate() {
             if row.joins_at == step {
@@ -108,7 +109,7 @@ fn together(m: &LoadedModel, rows: &[Row]) -> (Vec<Vec<u32>>, Vec<StreamEnd>, us
         }
         widest = widest.max(running.len());
         let mut streams: Vec<_> = running.iter_mut().map(|(_, s)| s).collect();
-        let next = next_tokens(&mut streams);
+        let next = next_tokens(&mut streams, &mut kv);
         let mut ended = Vec::new();
         for ((i, stream), id) in running.iter().zip(next) {
             match id.unwrap() {
@@ -144,24 +145,6 @@ fn every_answer_of_a_batch_is_the_one_it_gives_alone_in_bfloat16() {
     let m = LoadedModel::load(&common::fixture(), &gemma::LoadOptions::default()).unwrap();
     assert_eq!(m.model.dtype(), mlx_rs::Dtype::Bfloat16);
     every_answer_alone(&m);
-}
-
-/// Through the compiled decode step (`Tuning::compiled_decode`): a lone answer steps as a row
-/// of one over the rows' buffers, several as rows of the same compiled step per row count.
-#[test]
-fn every_answer_of_a_batch_is_the_one_it_gives_alone_through_the_compiled_step() {
-    let options = gemma::LoadOptions {
-        dtype: Some(mlx_rs::Dtype::Float32),
-        tuning: gemma::Tuning {
-            compiled_decode: true,
-            ..gemma::Tuning::for_backend()
-        },
-        ..gemma::LoadOptions::default()
-    };
-    let m = LoadedModel::load(&common::fixture(), &options).unwrap();
-    let traces = gemma::compiled::traces();
-    every_answer_alone(&m);
-    assert!(gemma::compiled::traces() > traces, "the compiled step ran");
 }
 
 fn every_answer_alone(m: &LoadedModel) {

@@ -1,66 +1,19 @@
 //! Self-attention of one decoder layer (`self_attn` in the checkpoint): q/k/v projections with
-//! per-head RMSNorm and RoPE, K/V cached or shared, and the single-query decode path.
+//! per-head RMSNorm and RoPE, K/V cached or shared (through the pass's [`StepKv`], whatever
+//! the cache's kind), and the single-query decode path.
 
 use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{broadcast_to, concatenate, ones_like, select, softmax_axis};
 use mlx_rs::Array;
 
-use crate::cache::KvCache;
 use crate::config::TextConfig;
 use crate::error::{Error, Result};
+use crate::kv::{Mask, Offsets, StepKv};
 use crate::layers::{LayerSpec, Rope};
 use crate::quant::{Linear, SideBySide};
-use crate::rows::{BatchedKv, KindStep};
-use crate::tuning::{DecodeAttention, Tuning};
+use crate::tuning::DecodeAttention;
 use crate::weights::Weights;
-
-/// One sequence's part of a forward pass: where its keys and values come from, and the
-/// position of its first new token.
-pub(crate) struct Row<'a> {
-    pub kv: KvInput<'a>,
-    pub offset: usize,
-}
-
-/// Where RoPE starts: one sequence's first position, or each row's (`[rows]` int32). RoPE
-/// of a row at position `p` is the same arithmetic either way.
-#[derive(Clone, Copy)]
-enum At<'a> {
-    One(usize),
-    Rows(&'a Array),
-}
-
-/// The keys and values a row attended (`None` where none were), for the layers sharing them.
-pub(crate) type Attended = Option<(Array, Array)>;
-
-/// The sequences of a forward pass and their keys and values.
-pub(crate) enum Rows<'a> {
-    /// Each sequence over its own caches.
-    Each(Vec<Row<'a>>),
-    /// Decode rows (one position each) over the rows' shared buffers (`rows.rs`), at
-    /// `positions`.
-    Batched {
-        kv: BatchedKv<'a>,
-        step: &'a KindStep,
-        positions: &'a Array,
-    },
-}
-
-/// What a layer attended, for the layers sharing its K/V.
-#[derive(Clone)]
-pub(crate) enum Produced {
-    Each(Vec<Attended>),
-    /// Every row's, in the rows' buffers' layout.
-    Batched((Array, Array)),
-}
-
-/// Where an attention layer's keys and values come from in this forward pass.
-pub(crate) enum KvInput<'a> {
-    /// The layer projects its own K/V into this cache.
-    Own(&'a mut KvCache),
-    /// The K/V its producer layer returned.
-    Shared((Array, Array)),
-}
 
 /// A decoder layer's attention.
 pub(crate) struct Attention {
@@ -75,12 +28,16 @@ pub(crate) struct Attention {
     head_scales: Option<Array>,
     /// The proportional RoPE's frequencies (`None` for the default RoPE).
     rope_freqs: Option<Array>,
-    rope: Rope,
-    layer: usize,
+    /// The layer's geometry: its kind, where its K/V come from, its RoPE.
+    spec: LayerSpec,
     num_heads: i32,
     num_kv_heads: i32,
     head_dim: i32,
     eps: f32,
+    /// Whether MLX runs one query's attention for this head size as a fused kernel.
+    fused_single_query: bool,
+    /// How a decode step composes attention where it does not.
+    decode_attention: DecodeAttention,
 }
 
 impl Attention {
@@ -127,12 +84,13 @@ impl Attention {
             k_norm,
             head_scales,
             rope_freqs,
-            rope: spec.rope.clone(),
-            layer: spec.index,
+            spec: spec.clone(),
             num_heads: heads as i32,
             num_kv_heads: kv_heads as i32,
             head_dim: d as i32,
             eps: config.rms_norm_eps,
+            fused_single_query: weights.tuning().fused_single_query(d as i32),
+            decode_attention: weights.tuning().decode_attention,
         })
     }
 
@@ -147,140 +105,48 @@ impl Attention {
         out
     }
 
-    /// Attention of several sequences at once: row `i` of `x` (`[rows, T, hidden]`) belongs to
-    /// `rows[i]`, with its own K/V and positions. The projections, the per-head norms and RoPE
-    /// run once for every row (`positions`: each row's first position as `[rows]` int32, built
-    /// once per step by the caller; `None` builds it here); the cache update and the attention
-    /// itself run per row over that row's own cache, so each row's output is exactly what it
-    /// would be alone. `mask` applies to every row (decode rows of one position need none).
-    /// Batched rows write and attend their shared buffers at once, each row masked to what it
-    /// would see alone. Returns the output and what was attended.
-    pub fn forward_rows(
-        &self,
-        x: &Array,
-        mask: Option<&Array>,
-        rows: Rows<'_>,
-        positions: Option<&Array>,
-        tuning: &Tuning,
-    ) -> Result<(Array, Produced)> {
-        let rows = match rows {
-            Rows::Each(rows) => rows,
-            Rows::Batched {
-                kv,
-                step,
-                positions,
-            } => return self.forward_batched(x, kv, step, positions, tuning),
-        };
-        let n = rows.len();
-        if n == 0 || !(x.shape()[0] as usize).is_multiple_of(n) {
+    /// Attention over `x` (`[rows, T, hidden]`): the projections, the per-head norms and RoPE
+    /// run once for every row; `kv` writes every row's new keys and values into its cache (or
+    /// hands back what the producer layer attended) and gives the rows' positions and masks;
+    /// each group of rows that attends together (see [`crate::kv::Attended`]) attends once.
+    /// Each row's output is exactly what it would be alone.
+    pub fn forward(&self, x: &Array, kv: &mut StepKv<'_, '_>) -> Result<Array> {
+        let (joined, projected) = self.project(x, self.spec.owns_kv())?;
+        let (queries, new_kv) = self.heads(joined.as_ref(), &projected, &kv.offsets())?;
+        let attended = kv.update_and_fetch(&self.spec, new_kv)?;
+        let mask = kv.mask(self.spec.kind);
+        let n = attended.len();
+        if n != 1 && n as i32 != queries.shape()[0] {
             return Err(Error::Input(format!(
                 "{} rows of input for {n} sequences",
-                x.shape()[0]
+                queries.shape()[0]
             )));
         }
-        let owns = rows.iter().all(|r| matches!(r.kv, KvInput::Own(_)));
-        let (joined, projected) = self.project(x, owns, tuning)?;
-        // One sequence alone keeps its scalar offset and takes the arrays whole: its graph is
-        // the single-sequence one.
-        let built;
-        let at = match (n, positions) {
-            (1, _) => At::One(rows[0].offset),
-            (_, Some(positions)) => At::Rows(positions),
-            (_, None) => {
-                let offsets: Vec<i32> = rows.iter().map(|r| r.offset as i32).collect();
-                built = Array::from_slice(&offsets, &[n as i32]);
-                At::Rows(&built)
-            }
-        };
-        let (queries, new_kv) = self.heads(joined.as_ref(), &projected, at)?;
         let mut outs = Vec::with_capacity(n);
-        let mut attended = Vec::with_capacity(n);
-        for (i, row) in rows.into_iter().enumerate() {
-            let pick = |a: &Array| {
-                if n == 1 {
-                    a.clone()
-                } else {
-                    a.index(i as i32..i as i32 + 1)
-                }
+        for (i, (keys, values)) in attended.iter().enumerate() {
+            let queries = match n {
+                1 => queries.clone(),
+                _ => queries.index(i as i32..i as i32 + 1),
             };
-            let (keys, values) = match (row.kv, &new_kv) {
-                (KvInput::Own(cache), Some((k, v))) => cache.update_and_fetch(pick(k), pick(v))?,
-                (KvInput::Shared(kv), _) => kv,
-                (KvInput::Own(_), None) => {
-                    return Err(Error::Input(format!(
-                        "layer {} has no K/V projections",
-                        self.layer
-                    )))
-                }
-            };
-            let (out, kv) = self.attend(&pick(&queries), keys, values, mask, tuning)?;
-            outs.push(out);
-            attended.push(kv);
+            outs.push(self.attend(&queries, keys, values, &mask)?);
         }
         let out = match outs.len() {
-            1 => outs.pop().unwrap_or_else(|| unreachable!()),
+            1 => outs.swap_remove(0),
             _ => concatenate(&outs, 0)?,
         };
-        Ok((self.o_proj.forward(&out, tuning)?, Produced::Each(attended)))
-    }
-
-    /// Decode rows over the rows' buffers: one write of every row's new K/V, one attention.
-    fn forward_batched(
-        &self,
-        x: &Array,
-        kv: BatchedKv<'_>,
-        step: &KindStep,
-        positions: &Array,
-        tuning: &Tuning,
-    ) -> Result<(Array, Produced)> {
-        let (joined, projected) = self.project(x, matches!(kv, BatchedKv::Own(_)), tuning)?;
-        let (queries, new_kv) = self.heads(joined.as_ref(), &projected, At::Rows(positions))?;
-        let (keys, values) = match (kv, new_kv) {
-            (BatchedKv::Own(layer), Some((k, v))) => layer.write_and_fetch(&k, &v, step)?,
-            (BatchedKv::Shared(kv), _) => kv,
-            (BatchedKv::Own(_), None) => {
-                return Err(Error::Input(format!(
-                    "layer {} has no K/V projections",
-                    self.layer
-                )))
-            }
-        };
-        let shape = queries.shape();
-        let (b, width) = (shape[0], self.num_heads * self.head_dim);
-        let out = if tuning.fused_single_query(self.head_dim) {
-            let mask = ScaledDotProductAttentionMask::Array(&step.mask);
-            fast::scaled_dot_product_attention(&queries, &keys, &values, 1.0, mask, None)?
-        } else {
-            attention_of_one_query(
-                &queries,
-                &keys,
-                &values,
-                Some(&step.mask),
-                tuning.decode_attention,
-            )?
-        };
-        let out = out.reshape(&[b, 1, width])?;
-        Ok((
-            self.o_proj.forward(&out, tuning)?,
-            Produced::Batched((keys, values)),
-        ))
+        self.o_proj.forward(&out)
     }
 
     /// The q|k|v projection of `x`: fused (`joined`) where the layer owns its K/V (`owns`) and
     /// has the fused head scales, else the separate projections.
-    fn project(
-        &self,
-        x: &Array,
-        owns: bool,
-        tuning: &Tuning,
-    ) -> Result<(Option<Array>, Vec<Array>)> {
+    fn project(&self, x: &Array, owns: bool) -> Result<(Option<Array>, Vec<Array>)> {
         let joined = match &self.head_scales {
-            Some(_) if owns => self.qkv_proj.forward_joined(x, tuning)?,
+            Some(_) if owns => self.qkv_proj.forward_joined(x)?,
             _ => None,
         };
         let projected = match joined {
             Some(_) => Vec::new(),
-            None => self.qkv_proj.forward(x, tuning)?,
+            None => self.qkv_proj.forward(x)?,
         };
         Ok((joined, projected))
     }
@@ -294,7 +160,7 @@ impl Attention {
         &self,
         joined: Option<&Array>,
         projected: &[Array],
-        at: At<'_>,
+        at: &Offsets,
     ) -> Result<(Array, Option<(Array, Array)>)> {
         let (d, heads, kv_heads) = (self.head_dim, self.num_heads, self.num_kv_heads);
         if let (Some(joined), Some(scales)) = (joined, &self.head_scales) {
@@ -310,9 +176,9 @@ impl Attention {
             let v = all.split_at_indices(&[heads + kv_heads], 1)?;
             return Ok((q_k[0].clone(), Some((q_k[1].clone(), v[1].clone()))));
         }
-        let q = projected
-            .first()
-            .ok_or_else(|| Error::Input(format!("layer {} has no q projection", self.layer)))?;
+        let q = projected.first().ok_or_else(|| {
+            Error::Input(format!("layer {} has no q projection", self.spec.index))
+        })?;
         let shape = q.shape();
         let (b, len) = (shape[0], shape[1]);
         let queries = q.reshape(&[b, len, heads, d])?;
@@ -333,48 +199,62 @@ impl Attention {
         Ok((queries, new_kv))
     }
 
-    /// Attention of `queries` (`[b, heads, T, d]`) over `keys`/`values`: `[b, T, heads · d]`
-    /// (before the output projection) and the K/V attended.
-    fn attend(
-        &self,
-        queries: &Array,
-        keys: Array,
-        values: Array,
-        mask: Option<&Array>,
-        tuning: &Tuning,
-    ) -> Result<(Array, Option<(Array, Array)>)> {
+    /// Attention of `queries` (`[b, heads, T, d]`) over `keys`/`values` under `mask`:
+    /// `[b, T, heads · d]` (before the output projection).
+    fn attend(&self, queries: &Array, keys: &Array, values: &Array, mask: &Mask) -> Result<Array> {
         let shape = queries.shape();
         let (b, len) = (shape[0], shape[2]);
         let width = self.num_heads * self.head_dim;
-        let composed = !tuning.fused_single_query(self.head_dim);
-        let out = if len == 1 && mask.is_none() && composed {
+        let composed = !self.fused_single_query;
+        let mask = match mask {
+            // Decode rows over a batch's buffers: one query per row, each row masked to its
+            // own positions.
+            Mask::Rows(mask) => {
+                let out = if composed {
+                    attention_of_one_query(
+                        queries,
+                        keys,
+                        values,
+                        Some(mask),
+                        self.decode_attention,
+                    )?
+                } else {
+                    let mask = ScaledDotProductAttentionMask::Array(mask);
+                    fast::scaled_dot_product_attention(queries, keys, values, 1.0, mask, None)?
+                };
+                return Ok(out.reshape(&[b, 1, width])?);
+            }
+            Mask::Causal(mask) => mask.as_ref(),
+        };
+        Ok(if len == 1 && mask.is_none() && composed {
             // One query per head, every key visible (the caches hand a single query exactly
             // what it may see).
-            attention_of_one_query(queries, &keys, &values, None, tuning.decode_attention)?
+            attention_of_one_query(queries, keys, values, None, self.decode_attention)?
                 .reshape(&[b, len, width])?
         } else if let (Some(mask), true) = (mask, composed && len <= FEW_QUERIES as i32) {
             // A speculative verify's rows, a short follow-up.
-            attention_of_few_queries(queries, &keys, &values, mask)?
+            attention_of_few_queries(queries, keys, values, mask)?
                 .transpose_axes(&[0, 2, 1, 3])?
                 .reshape(&[b, len, width])?
         } else {
             let mask = mask.map(ScaledDotProductAttentionMask::Array);
-            fast::scaled_dot_product_attention(queries, &keys, &values, 1.0, mask, None)?
+            fast::scaled_dot_product_attention(queries, keys, values, 1.0, mask, None)?
                 .transpose_axes(&[0, 2, 1, 3])?
                 .reshape(&[b, len, width])?
-        };
-        Ok((out, Some((keys, values))))
+        })
     }
 
     /// RoPE of `x` (`[rows, heads, T, d]`) from the position(s) `at`.
-    fn rope(&self, x: &Array, at: At<'_>) -> Result<Array> {
-        let (dims, base, freqs) = match &self.rope {
+    fn rope(&self, x: &Array, at: &Offsets) -> Result<Array> {
+        let (dims, base, freqs) = match &self.spec.rope {
             Rope::Default { dims, base } => (*dims, Some(*base), None),
             Rope::Proportional { dims, .. } => (*dims, None, self.rope_freqs.as_ref()),
         };
         Ok(match at {
-            At::One(offset) => fast::rope(x, dims, false, base, 1.0, offset as i32, freqs)?,
-            At::Rows(offsets) => fast::rope_dynamic(x, dims, false, base, 1.0, offsets, freqs)?,
+            Offsets::One(offset) => fast::rope(x, dims, false, base, 1.0, *offset as i32, freqs)?,
+            Offsets::Rows(offsets) => {
+                fast::rope_dynamic(x, dims, false, base, 1.0, offsets, freqs)?
+            }
         })
     }
 }
@@ -401,8 +281,7 @@ pub const FEW_QUERIES: usize = 64;
 /// `[b, heads, T, d]`. The `heads / kv_heads` query heads of a K/V head and their T queries
 /// are the rows of one matrix for both products (as [`DecodeAttention::GroupedRows`] does for
 /// one query): 5 primitives fewer per layer than MLX's generic composition, which broadcasts
-/// the K/V heads over the group (MLX-CUDA 0.32.2, head sizes 256 and 512: a verify of 4 rows
-/// went from 1,960 to 1,750 primitives).
+/// the K/V heads over the group (bench/results.md, "speculative verify on MLX-CUDA").
 pub fn attention_of_few_queries(
     q: &Array,
     keys: &Array,

@@ -19,7 +19,6 @@ use attention::{AudioAttention, Chunking};
 use crate::config::{AudioConfig, Config};
 use crate::error::{Error, Result};
 use crate::quant::Linear;
-use crate::tuning::Tuning;
 use crate::weights::Weights;
 
 /// Log-mel features of one clip: `data` is `[frames, 128]` row-major float32, `valid[i]` says
@@ -353,7 +352,6 @@ pub struct AudioTower {
     embedding_projection: Linear,
     clamp: Clamp,
     chunking: Chunking,
-    tuning: Tuning,
 }
 
 impl AudioTower {
@@ -363,7 +361,7 @@ impl AudioTower {
     /// dtype a caller chose (float32 parity runs, as the reference cast to float32); the bf16
     /// quirks follow the weights' dtype as in the reference. `embed_audio` may be quantized.
     /// What is missing or wrong is recorded in the store and stands in as zeros.
-    pub fn load(root: &Weights<'_>, config: &Config, tuning: Tuning) -> Result<Option<Self>> {
+    pub fn load(root: &Weights<'_>, config: &Config) -> Result<Option<Self>> {
         let Some(cfg) = config.audio.clone() else {
             return Ok(None);
         };
@@ -406,7 +404,6 @@ impl AudioTower {
             output_proj,
             embedding_projection,
             chunking,
-            tuning,
         }))
     }
 
@@ -501,7 +498,7 @@ impl AudioTower {
         let normed = fast::rms_norm(encoded, None, self.cfg.rms_norm_eps)?;
         let embedded = self
             .embedding_projection
-            .forward_as_stored(&normed, &self.tuning)?
+            .forward_as_stored(&normed)?
             .as_dtype(Dtype::Float32)?;
         let order: Vec<i32> = (0..soft_tokens).map(|k| (k % rows) as i32).collect();
         Ok(embedded.take_axis(Array::from_slice(&order, &[soft_tokens as i32]), 0)?)

@@ -20,8 +20,8 @@ use crate::error::{Error, Result};
 
 /// Positions a full cache grows by: its buffers are allocated that many positions at a time and
 /// each step's K/V written into them in place, so a decode step copies one position, not the
-/// whole history (the copy a concatenation makes grows with the chat: on a Mac, ~16 KB per
-/// position per step for E4B's four full caches, ~2.6 ms per token at 32k positions).
+/// whole history, whose copy would grow with the chat (bench/results.md, "a full cache's write
+/// per decode step").
 pub const FULL_STEP: usize = 256;
 
 /// Extra positions a sliding cache keeps beyond its window so that the next turn of a chat can

@@ -4,13 +4,13 @@
 use mlx_rs::fast;
 use mlx_rs::Array;
 
-use crate::attention::{Attention, KvInput, Produced, Row, Rows};
+use crate::attention::Attention;
 use crate::config::TextConfig;
 use crate::error::{Error, Result};
 use crate::fused::{add_scaled, geglu};
+use crate::kv::StepKv;
 use crate::layers::LayerSpec;
 use crate::quant::{Linear, SideBySide};
-use crate::tuning::Tuning;
 use crate::weights::Weights;
 
 /// The GeGLU feed-forward block (`mlp`).
@@ -38,14 +38,14 @@ impl Mlp {
     }
 
     /// `down_proj(gelu(gate_proj(x)) · up_proj(x))`.
-    fn forward(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
-        let gate_up = self.gate_up_proj.forward(x, tuning)?;
+    fn forward(&self, x: &Array) -> Result<Array> {
+        let gate_up = self.gate_up_proj.forward(x)?;
         let [gate, up] = gate_up.as_slice() else {
             return Err(Error::Input(
                 "the MLP needs a gate and an up projection".into(),
             ));
         };
-        self.down_proj.forward(&geglu(gate, up)?, tuning)
+        self.down_proj.forward(&geglu(gate, up)?)
     }
 }
 
@@ -82,10 +82,10 @@ impl PerLayerInput {
     }
 
     /// `norm(per_layer_projection(gelu(per_layer_input_gate(h)) · input))`, to add to `h`.
-    fn forward(&self, h: &Array, input: &Array, eps: f32, tuning: &Tuning) -> Result<Array> {
-        let gated = geglu(&self.per_layer_input_gate.forward(h, tuning)?, input)?;
+    fn forward(&self, h: &Array, input: &Array, eps: f32) -> Result<Array> {
+        let gated = geglu(&self.per_layer_input_gate.forward(h)?, input)?;
         Ok(fast::rms_norm(
-            &self.per_layer_projection.forward(&gated, tuning)?,
+            &self.per_layer_projection.forward(&gated)?,
             Some(&self.post_per_layer_input_norm),
             eps,
         )?)
@@ -152,57 +152,34 @@ impl DecoderLayer {
         out
     }
 
-    /// The layer over `x` (`[1, T, hidden]`): the new hidden state and the K/V it attended.
+    /// The layer over `x` (`[rows, T, hidden]`), its keys and values through `kv` (see
+    /// [`Attention::forward`]), its share of the per-layer inputs `per_layer_input`
+    /// (`[rows, T, width]`): the new hidden state.
     pub fn forward(
         &self,
         x: &Array,
-        mask: Option<&Array>,
-        kv: KvInput<'_>,
-        offset: usize,
+        kv: &mut StepKv<'_, '_>,
         per_layer_input: Option<&Array>,
-        tuning: &Tuning,
-    ) -> Result<(Array, Option<(Array, Array)>)> {
-        let rows = Rows::Each(vec![Row { kv, offset }]);
-        let (h, produced) = self.forward_rows(x, mask, rows, None, per_layer_input, tuning)?;
-        match produced {
-            Produced::Each(mut kvs) => Ok((h, kvs.pop().flatten())),
-            Produced::Batched(kv) => Ok((h, Some(kv))),
-        }
-    }
-
-    /// The layer over several sequences at once (row `i` of `x` is `rows[i]`'s, see
-    /// [`Attention::forward_rows`], `positions` as there): the new hidden states and each row's
-    /// attended K/V.
-    pub fn forward_rows(
-        &self,
-        x: &Array,
-        mask: Option<&Array>,
-        rows: Rows<'_>,
-        positions: Option<&Array>,
-        per_layer_input: Option<&Array>,
-        tuning: &Tuning,
-    ) -> Result<(Array, Produced)> {
+    ) -> Result<Array> {
         let eps = self.eps;
         let normed = fast::rms_norm(x, Some(&self.input_layernorm), eps)?;
-        let (attn, kv_out) = self
-            .self_attn
-            .forward_rows(&normed, mask, rows, positions, tuning)?;
+        let attn = self.self_attn.forward(&normed, kv)?;
         let h = x.add(fast::rms_norm(
             &attn,
             Some(&self.post_attention_layernorm),
             eps,
         )?)?;
         let normed = fast::rms_norm(&h, Some(&self.pre_feedforward_layernorm), eps)?;
-        let mlp = self.mlp.forward(&normed, tuning)?;
+        let mlp = self.mlp.forward(&normed)?;
         let h = h.add(fast::rms_norm(
             &mlp,
             Some(&self.post_feedforward_layernorm),
             eps,
         )?)?;
         if let (Some(block), Some(input)) = (&self.per_layer_input, per_layer_input) {
-            let residual = block.forward(&h, input, eps, tuning)?;
-            return Ok((add_scaled(&h, &residual, &self.layer_scalar)?, kv_out));
+            let residual = block.forward(&h, input, eps)?;
+            return add_scaled(&h, &residual, &self.layer_scalar);
         }
-        Ok((h.multiply(&self.layer_scalar)?, kv_out))
+        Ok(h.multiply(&self.layer_scalar)?)
     }
 }

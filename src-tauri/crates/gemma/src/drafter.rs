@@ -16,10 +16,10 @@ use mlx_rs::transforms::eval;
 use mlx_rs::{Array, Dtype, Stream};
 use serde::Deserialize;
 
-use crate::attention::KvInput;
 use crate::config::{kind_name, AttentionKind, Quantization, TextConfig};
 use crate::decoder::DecoderLayer;
 use crate::error::{Error, Result};
+use crate::kv::StepKv;
 use crate::layers::{rope_for, KvSource, LayerSpec};
 use crate::model::Model;
 use crate::quant::Linear;
@@ -146,7 +146,7 @@ impl Drafter {
         let t = &raw.text_config;
         let dtype = target.dtype();
         let none = Quantization::default();
-        let root = store.root(&none, dtype);
+        let root = store.root(&none, dtype, *target.tuning());
         let hidden = t.hidden_size;
         let layers = fit
             .specs
@@ -231,31 +231,26 @@ impl Drafter {
         kv: &DonorKv,
         position: usize,
     ) -> Result<(Array, Array)> {
-        let tuning = target.tuning();
         let e = target
             .embed(token)?
             .reshape(&[1, 1, self.backbone as i32])?;
         let x = concatenate(&[e, feature.as_dtype(target.dtype())?], -1)?;
-        let mut h = self.pre_projection.forward(&x, tuning)?;
+        let mut h = self.pre_projection.forward(&x)?;
+        let mut donors = StepKv::donors(kv.sliding.clone(), kv.full.clone(), position);
         for layer in &self.layers {
-            let (k, v) = match layer.spec.kind {
-                AttentionKind::Sliding => &kv.sliding,
-                AttentionKind::Full => &kv.full,
-            };
-            let shared = KvInput::Shared((k.clone(), v.clone()));
-            h = layer.forward(&h, None, shared, position, None, tuning)?.0;
+            h = layer.forward(&h, &mut donors, None)?;
         }
         let hn = fast::rms_norm(&h, Some(&self.norm), self.eps)?;
-        let next = self.post_projection.forward(&hn, tuning)?;
-        Ok((next, self.argmax(&hn, tuning)?))
+        let next = self.post_projection.forward(&hn)?;
+        Ok((next, self.argmax(&hn)?))
     }
 
     /// The centroid-routed head's most likely token (`[1]` int32) for `hn` (`[1, 1, hidden]`):
     /// the top-k centroids' tokens scored densely, the first best in argpartition order (as
     /// mlx-vlm's `MaskedEmbedder.argmax`).
-    fn argmax(&self, hn: &Array, tuning: &crate::Tuning) -> Result<Array> {
+    fn argmax(&self, hn: &Array) -> Result<Array> {
         let hn = hn.reshape(&[1, -1])?;
-        let scores = self.centroids.forward(&hn, tuning)?; // [1, C]
+        let scores = self.centroids.forward(&hn)?; // [1, C]
         let kth = self.num_centroids - self.top_k;
         let top = argpartition_axis(&scores, kth, -1)?.index((.., kth..)); // [1, k]
         let ids = self

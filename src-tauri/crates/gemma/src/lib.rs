@@ -2,25 +2,26 @@
 
 pub mod attention;
 pub mod audio;
+mod batch;
 pub mod cache;
-pub mod compiled;
 pub mod config;
 mod decoder;
 pub mod drafter;
 pub mod error;
 mod fused;
+mod kv;
 pub mod layers;
 pub mod memory;
 pub mod model;
 pub mod ple;
 pub mod quant;
-mod rows;
 pub mod text;
 pub mod tuning;
 pub mod vision;
 pub mod weights;
 
 pub use audio::{AudioTower, Mel};
+pub use batch::BatchKvCache;
 pub use cache::KvCache;
 pub use config::Config;
 pub use drafter::{DonorKv, Donors, Drafter};

@@ -1,18 +1,16 @@
 //! Loading a model folder into a runnable model.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use mlx_rs::transforms::eval;
 use mlx_rs::{Array, Dtype, Stream};
 
 use crate::audio::AudioTower;
+use crate::batch::BatchKvCache;
 use crate::cache::KvCache;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::layers::{layer_table, KvSource, LayerSpec};
-use crate::rows::RowsKv;
 use crate::text::{MediaFeatures, TextModel};
 use crate::tuning::Tuning;
 use crate::vision::VisionTower;
@@ -29,26 +27,18 @@ pub struct LoadOptions {
     /// Kernel choices and parallelism; defaults to [`Tuning::for_backend`].
     pub tuning: Tuning,
     /// Keep the per-layer token table in MLX memory instead of reading its rows from the
-    /// checkpoint file per forward (`ple.rs`). A compiled decode step
-    /// (`Tuning::compiled_decode`) keeps it resident too: it cannot read files while replaying.
+    /// checkpoint file per forward (`ple.rs`).
     pub ple_resident: bool,
 }
-
-/// The source of [`Model`]'s ids.
-static LOADS: AtomicU64 = AtomicU64::new(1);
 
 /// A loaded Gemma 4 model.
 pub struct Model {
     config: Config,
     table: Vec<LayerSpec>,
     text: TextModel,
-    /// This load's identity (for its compiled decode step, `compiled.rs`).
-    id: u64,
     vision: Option<VisionTower>,
     audio: Option<AudioTower>,
     tuning: Tuning,
-    /// The buffers of the rows last stepped together.
-    rows: Mutex<Option<RowsKv>>,
 }
 
 impl Model {
@@ -80,17 +70,16 @@ impl Model {
         let has_audio = config.audio.is_some();
         store.ignore_where(|name| is_unused(name, &shared, has_audio));
         // Missing or wrong tensors stand in as zeros until `finish` reports them all at once.
-        let root = store.root(&config.quantization, dtype);
-        let ple_from_file = !options.ple_resident && !options.tuning.compiled_steps();
-        let text = TextModel::load(&root, &config, &table, ple_from_file)?;
-        let vision = VisionTower::load(&root, &config, options.tuning)?;
+        let root = store.root(&config.quantization, dtype, options.tuning);
+        let text = TextModel::load(&root, &config, &table, !options.ple_resident)?;
+        let vision = VisionTower::load(&root, &config)?;
         // The audio tower computes in float32 from its weights as stored, unless a dtype was
         // chosen (docs/AUDIO.md "The audio tower").
         let audio_root = match options.dtype {
             Some(_) => root.clone(),
             None => root.as_stored(),
         };
-        let audio = AudioTower::load(&audio_root, &config, options.tuning)?;
+        let audio = AudioTower::load(&audio_root, &config)?;
         store.finish()?;
         // Read every weight now (one pass over the files, casts done once), so that the first
         // request pays no loading and no source copy of a cast weight stays alive.
@@ -106,11 +95,9 @@ impl Model {
             config,
             table,
             text,
-            id: LOADS.fetch_add(1, Ordering::Relaxed),
             vision,
             audio,
             tuning: options.tuning,
-            rows: Mutex::default(),
         })
     }
 
@@ -200,8 +187,7 @@ impl Model {
         self.check_ids(ids, media)?;
         let placeholders = self.text.has_placeholders(ids);
         let ids = Array::from_slice(ids, &[ids.len() as i32]);
-        self.text
-            .forward(&ids, media, caches, keep, placeholders, &self.tuning)
+        self.text.forward(&ids, media, caches, keep, placeholders)
     }
 
     /// [`Self::forward`] that also returns the final-normed hidden states of the same rows:
@@ -218,8 +204,8 @@ impl Model {
         let ids = Array::from_slice(ids, &[ids.len() as i32]);
         let h = self
             .text
-            .forward_normed(&ids, media, caches, keep, placeholders, &self.tuning)?;
-        let logits = self.text.head(&h, &self.tuning)?;
+            .forward_normed(&ids, media, caches, keep, placeholders)?;
+        let logits = self.text.head(&h)?;
         Ok((h, logits))
     }
 
@@ -230,10 +216,8 @@ impl Model {
         ids: &Array,
         caches: &mut [KvCache],
     ) -> Result<(Array, Array)> {
-        let h = self
-            .text
-            .forward_normed(ids, &[], caches, None, false, &self.tuning)?;
-        let logits = self.text.head(&h, &self.tuning)?;
+        let h = self.text.forward_normed(ids, &[], caches, None, false)?;
+        let logits = self.text.head(&h)?;
         Ok((h, logits))
     }
 
@@ -242,51 +226,35 @@ impl Model {
     /// `caches[i]` sequence `i`'s caches. Logits `[n, vocab]`; row `i` is what
     /// [`Self::forward_array`] gives sequence `i` alone.
     ///
-    /// Two rows or more (one too with `Tuning::compiled_decode`, through the compiled step of
-    /// `compiled.rs`) step over buffers shared by the rows (`rows.rs`), kept here from step
-    /// to step while the same rows step together; each row's caches become views of them. Row
-    /// `i` then attends exactly its own positions, over a longer, masked key range: on MLX's
-    /// CPU backend its logits are its lone ones bit for bit; a GPU's kernels may group the float
-    /// sums differently (the last bits). Caches stored quantized step per row, each over its
-    /// own caches, as alone.
-    pub fn forward_rows(&self, ids: &Array, caches: &mut [&mut [KvCache]]) -> Result<Array> {
-        let compiled = self.tuning.compiled_steps();
-        if !self.tuning.batched_rows || (caches.len() < 2 && !compiled) {
-            return self.text.forward_rows(ids, caches, None, &self.tuning);
+    /// Two rows or more step over the buffers of `batch` (see [`BatchKvCache`]), which the
+    /// caller keeps from step to step while the same rows step together; each row's caches
+    /// become views of them. Row `i` then attends exactly its own positions, over a longer,
+    /// masked key range: on MLX's CPU backend its logits are its lone ones bit for bit; a GPU's
+    /// kernels may group the float sums differently (the last bits). Caches stored quantized
+    /// step per row, each over its own caches, as alone.
+    pub fn forward_rows(
+        &self,
+        ids: &Array,
+        caches: &mut [&mut [KvCache]],
+        batch: &mut BatchKvCache,
+    ) -> Result<Array> {
+        if !self.tuning.batched_rows || caches.len() < 2 {
+            return self.text.forward_rows(ids, caches, None);
         }
-        let mut kept = self.rows.lock().unwrap_or_else(|e| e.into_inner());
-        if !kept.as_ref().is_some_and(|kv| kv.holds(caches)) {
-            *kept = None; // (the old buffers go before the new ones are made)
-            *kept = RowsKv::gather(caches)?;
-        }
-        let result = match kept.as_mut() {
-            Some(kv) if compiled => {
-                crate::compiled::step(self.id, &self.text, kv, ids, caches, &self.tuning)
-            }
-            kv => self.text.forward_rows(ids, caches, kv, &self.tuning),
+        let result = match batch.for_rows(caches) {
+            Ok(kv) => self.text.forward_rows(ids, caches, kv),
+            Err(e) => Err(e),
         };
         if result.is_err() {
-            *kept = None;
+            batch.clear();
         }
         result
     }
 
     /// One plain decode step of one sequence: `id` (`[1]`, device-resident, in range, not a
-    /// media placeholder) fed forward after `caches`; logits `[1, vocab]`. With
-    /// `Tuning::compiled_decode` it runs as a row of [`Self::forward_rows`] (the compiled
-    /// step over the rows' buffers, which the caches then view), else as
-    /// [`Self::forward_array`]; the logits are the same up to the float sums' order.
+    /// media placeholder) fed forward after `caches`; logits `[1, vocab]`.
     pub fn decode(&self, id: &Array, caches: &mut [KvCache]) -> Result<Array> {
-        if self.tuning.compiled_steps() {
-            return self.forward_rows(&id.reshape(&[1])?, &mut [caches]);
-        }
         self.forward_array(id, caches, None)
-    }
-
-    /// Lets go of the buffers of the rows last stepped together (see [`Self::forward_rows`]);
-    /// the rows' caches keep what they hold.
-    pub fn release_rows(&self) {
-        *self.rows.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Token embeddings `[T, hidden]` of device-resident ids, scaled as the decoder's input.
@@ -323,14 +291,7 @@ impl Model {
         caches: &mut [KvCache],
         keep: Option<usize>,
     ) -> Result<Array> {
-        self.text
-            .forward(ids, &[], caches, keep, false, &self.tuning)
-    }
-}
-
-impl Drop for Model {
-    fn drop(&mut self) {
-        crate::compiled::forget(self.id);
+        self.text.forward(ids, &[], caches, keep, false)
     }
 }
 

@@ -5,12 +5,12 @@
 use std::cell::RefCell;
 
 use mlx_rs::ops::indexing::IndexOp;
-use mlx_rs::ops::{concatenate, dequantize, quantized_matmul, zeros_dtype};
+use mlx_rs::ops::{concatenate, dequantize, quantized_matmul};
 use mlx_rs::{with_stream, Array, Device, Stream};
 
 use crate::config::QuantSpec;
 use crate::error::Result;
-use crate::tuning::Tuning;
+use crate::tuning::LinearKernels;
 use crate::weights::{DtypeClass, Weights};
 
 /// A bias-free linear layer `y = x · Wᵀ`.
@@ -23,6 +23,9 @@ pub enum Linear {
         scales: Array,
         biases: Array,
         spec: QuantSpec,
+        /// Which kernel by rows and dtype, and the CPU lanes: [`Tuning`](crate::Tuning)'s
+        /// share, kept from load time.
+        kernels: LinearKernels,
     },
 }
 
@@ -88,6 +91,7 @@ impl Linear {
             scales: weights.float("scales", &[out, groups])?,
             biases: weights.float("biases", &[out, groups])?,
             spec,
+            kernels: weights.tuning().linear(),
         })
     }
 
@@ -105,92 +109,42 @@ impl Linear {
     }
 
     /// Applies the layer to `x` (`[..., in]` → `[..., out]`). A quantized layer given at least as
-    /// many positions per sequence as `tuning.dense_from` names for `x`'s dtype dequantizes its
+    /// many positions per sequence as its `dense_from` names for `x`'s dtype dequantizes its
     /// weights and runs a dense matmul (the same values up to rounding, through a faster kernel
-    /// there).
-    pub fn forward(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
-        // Rows per sequence decide: a decode step of several sequences (`[n, 1, in]`) is n
-        // vectors, multiplied as each alone would be.
-        let dense = tuning
-            .dense_from
-            .rows(x.dtype())
-            .is_some_and(|min| positions(x) >= min);
-        match tuning.dense_bucket() {
-            Some(bucket) if dense => self.forward_dense_padded(x, bucket, tuning.cpu_lanes),
-            _ if !dense => self.forward_rows(x, tuning),
-            _ => self.product_on_lanes(x, dense, tuning.cpu_lanes),
-        }
-    }
-
-    /// The quantized product of `x`, each of up to `tuning.vector_rows` rows as a vector of its
-    /// own (`[rows, 1, in]`: MLX's matrix-vector kernel, batched) -- the same values as one
-    /// product up to the kernels' rounding. Decode rows of several sequences (`[n, 1, in]`)
-    /// go as one matrix of at least `tuning.matrix_rows` rows where that is set (see there).
-    fn forward_rows(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
-        let n = rows(x);
-        let quantized = !matches!(self, Linear::Dense { .. });
-        if quantized && tuning.matrix_rows > 0 && n >= 2 && positions(x) == 1 {
-            let padded = n.max(tuning.matrix_rows);
-            return self.product_padded(x, padded, false, tuning.cpu_lanes);
-        }
-        if n <= 1 || n > tuning.vector_rows || !quantized {
-            return self.product_on_lanes(x, false, tuning.cpu_lanes);
-        }
-        let shape = x.shape();
-        let inp = shape[shape.len() - 1];
-        let vectors = x.reshape(&[n as i32, 1, inp])?;
-        let out = self.product_on_lanes(&vectors, false, tuning.cpu_lanes)?;
-        let mut out_shape = shape[..shape.len() - 1].to_vec();
-        out_shape.push(out.shape()[2]);
-        Ok(out.reshape(&out_shape)?)
-    }
-
-    /// The dense path of [`forward`](Self::forward) with `x`'s rows padded with zero rows to a
-    /// multiple of `bucket` (their outputs dropped): prefills of different lengths then share
-    /// the dense matmul's shapes, and what a backend does once per shape (CUDA: cuBLAS kernel
-    /// selection and loading, graph instantiation) is paid once per bucket.
-    pub fn forward_dense_padded(&self, x: &Array, bucket: usize, lanes: usize) -> Result<Array> {
-        let (n, bucket) = (rows(x), bucket.max(1));
-        self.product_padded(x, n.div_ceil(bucket) * bucket, true, lanes)
-    }
-
-    /// The product of `x`'s rows as one matrix `[padded, in]`, the rows past `x`'s own zeros
-    /// (their outputs dropped), shaped back as `x` with the output width.
-    fn product_padded(&self, x: &Array, padded: usize, dense: bool, lanes: usize) -> Result<Array> {
-        let n = rows(x);
-        if padded <= n || matches!(self, Linear::Dense { .. }) {
-            return self.product_on_lanes(x, dense, lanes);
-        }
-        let shape = x.shape();
-        let inp = shape[shape.len() - 1];
-        let zeros = zeros_dtype(&[(padded - n) as i32, inp], x.dtype())?;
-        let rows_in = concatenate(&[x.reshape(&[n as i32, inp])?, zeros], 0)?;
-        let out = self.product_on_lanes(&rows_in, dense, lanes)?;
-        let mut out_shape = shape[..shape.len() - 1].to_vec();
-        out_shape.push(out.shape()[1]);
-        Ok(out.index(..n as i32).reshape(&out_shape)?)
+    /// there). Rows per sequence decide: a decode step of several sequences (`[n, 1, in]`) is
+    /// n vectors, multiplied as each alone would be.
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        let dense = match self {
+            Linear::Dense { .. } => false,
+            Linear::Quantized { kernels, .. } => kernels
+                .dense_from
+                .rows(x.dtype())
+                .is_some_and(|min| positions(x) >= min),
+        };
+        self.product_on_lanes(x, dense)
     }
 
     /// Applies the layer to `x` with its weights as stored: MLX's quantized matmul for a
-    /// quantized layer, whatever the number of rows (a few as vectors, see
-    /// [`Tuning::vector_rows`]), its output rows shared among the CPU lanes.
-    pub fn forward_as_stored(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
-        self.forward_rows(x, tuning)
+    /// quantized layer, whatever the number of rows, its output rows shared among the CPU
+    /// lanes.
+    pub fn forward_as_stored(&self, x: &Array) -> Result<Array> {
+        self.product_on_lanes(x, false)
     }
 
     /// The layer's product: a dense layer's matmul, or a quantized layer's (through its
-    /// dequantized weights when `dense`) with its output rows shared among `lanes` CPU lanes
-    /// (see [`EXTRA_LANES`]; the same values as in one piece: each output column is computed
+    /// dequantized weights when `dense`) with its output rows shared among its CPU lanes (see
+    /// [`EXTRA_LANES`]; the same values as in one piece: each output column is computed
     /// alone).
-    fn product_on_lanes(&self, x: &Array, dense: bool, lanes: usize) -> Result<Array> {
-        let (weight, scales, biases, spec) = match self {
+    fn product_on_lanes(&self, x: &Array, dense: bool) -> Result<Array> {
+        let (weight, scales, biases, spec, lanes) = match self {
             Linear::Dense { weight } => return Ok(x.matmul(weight.transpose()?)?),
             Linear::Quantized {
                 weight,
                 scales,
                 biases,
                 spec,
-            } => (weight, scales, biases, spec),
+                kernels,
+            } => (weight, scales, biases, spec, kernels.cpu_lanes),
         };
         let product = |w: &Array, s: &Array, b: &Array| -> Result<Array> {
             Ok(if dense {
@@ -234,7 +188,7 @@ thread_local! {
     /// Extra streams of the CPU device, made on first use: MLX runs each stream's operations on
     /// a thread of its own, and its CPU quantized matmul (and dequantize) use one thread, so a
     /// layer's output rows split among the calling thread's default stream and these run on as
-    /// many cores. Only a [`Tuning`] of more than one lane (MLX's CPU backend) uses them.
+    /// many cores. Only a layer of more than one lane (MLX's CPU backend) uses them.
     static EXTRA_LANES: RefCell<Vec<Stream>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -245,15 +199,6 @@ fn positions(x: &Array) -> usize {
         0 | 1 => 1,
         n => shape[n - 2].max(0) as usize,
     }
-}
-
-/// Input rows of `x` (`[..., in]`): the product of its leading dimensions.
-fn rows(x: &Array) -> usize {
-    let shape = x.shape();
-    shape[..shape.len().saturating_sub(1)]
-        .iter()
-        .map(|&d| d.max(0) as usize)
-        .product()
 }
 
 /// Linear layers of the same input. When they share their kind and quantization, their rows
@@ -300,7 +245,7 @@ impl SideBySide {
                     weight: stack(weights)?,
                 })
             }
-            [Linear::Quantized { spec, .. }, ..] => {
+            [Linear::Quantized { spec, kernels, .. }, ..] => {
                 let quantized: Vec<(&Array, &Array, &Array)> = parts
                     .iter()
                     .filter_map(|l| match l {
@@ -309,6 +254,7 @@ impl SideBySide {
                             scales,
                             biases,
                             spec: s,
+                            ..
                         } if s == spec => Some((weight, scales, biases)),
                         _ => None,
                     })
@@ -319,6 +265,7 @@ impl SideBySide {
                         scales: stack(quantized.iter().map(|p| p.1).collect())?,
                         biases: stack(quantized.iter().map(|p| p.2).collect())?,
                         spec: *spec,
+                        kernels: *kernels,
                     })
                 } else {
                     None
@@ -333,20 +280,20 @@ impl SideBySide {
     }
 
     /// The outputs side by side (`[..., Σ out]`), when the layers were fused.
-    pub fn forward_joined(&self, x: &Array, tuning: &Tuning) -> Result<Option<Array>> {
+    pub fn forward_joined(&self, x: &Array) -> Result<Option<Array>> {
         match self {
-            SideBySide::Fused { linear, .. } => Ok(Some(linear.forward(x, tuning)?)),
+            SideBySide::Fused { linear, .. } => Ok(Some(linear.forward(x)?)),
             SideBySide::Separate(_) => Ok(None),
         }
     }
 
     /// Every layer's output, in order.
-    pub fn forward(&self, x: &Array, tuning: &Tuning) -> Result<Vec<Array>> {
+    pub fn forward(&self, x: &Array) -> Result<Vec<Array>> {
         match self {
             SideBySide::Fused { linear, splits } => {
-                Ok(linear.forward(x, tuning)?.split_at_indices(splits, -1)?)
+                Ok(linear.forward(x)?.split_at_indices(splits, -1)?)
             }
-            SideBySide::Separate(parts) => parts.iter().map(|l| l.forward(x, tuning)).collect(),
+            SideBySide::Separate(parts) => parts.iter().map(|l| l.forward(x)).collect(),
         }
     }
 
@@ -382,6 +329,7 @@ impl Embedding {
                 scales,
                 biases,
                 spec,
+                ..
             } => {
                 let w = weight.take_axis(ids, 0)?;
                 let s = scales.take_axis(ids, 0)?;
@@ -397,8 +345,8 @@ impl Embedding {
     }
 
     /// The table as a linear layer (the tied LM head): `[..., dim]` → `[..., vocab]`.
-    pub fn as_linear(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
+    pub fn as_linear(&self, x: &Array) -> Result<Array> {
         // Quantized whatever the rows: the dense table would be vocab × dim (1.3 GB for E4B).
-        self.table.forward_as_stored(x, tuning)
+        self.table.forward_as_stored(x)
     }
 }

@@ -7,17 +7,16 @@ use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::ops::{arange, cumsum, maximum, select};
 use mlx_rs::{Array, Dtype};
 
-use crate::attention::{Attended, KvInput, Produced, Row, Rows};
+use crate::batch::{row_positions, RowsKv};
 use crate::cache::KvCache;
 use crate::config::{AttentionKind, Config, TextConfig};
 use crate::decoder::DecoderLayer;
 use crate::error::{Error, Result};
 use crate::fused::softcap;
-use crate::layers::{KvSource, LayerSpec};
+use crate::kv::StepKv;
+use crate::layers::LayerSpec;
 use crate::ple::PleTable;
 use crate::quant::{Embedding, Linear};
-use crate::rows::{row_positions, BatchedKv, LayerRows, RowsKv, RowsStep};
-use crate::tuning::Tuning;
 use crate::weights::Weights;
 
 /// A scalar in the activation dtype (as Python's weak float scalars behave in mlx-vlm).
@@ -232,10 +231,9 @@ impl TextModel {
         caches: &mut [KvCache],
         keep: Option<usize>,
         placeholders: bool,
-        tuning: &Tuning,
     ) -> Result<Array> {
-        let h = self.forward_normed(ids, media, caches, keep, placeholders, tuning)?;
-        self.head(&h, tuning)
+        let h = self.forward_normed(ids, media, caches, keep, placeholders)?;
+        self.head(&h)
     }
 
     /// [`Self::forward`] up to the final norm: the hidden state the head reads, `[rows, hidden]`
@@ -247,15 +245,14 @@ impl TextModel {
         caches: &mut [KvCache],
         keep: Option<usize>,
         placeholders: bool,
-        tuning: &Tuning,
     ) -> Result<Array> {
         let len = ids.size();
         if len == 0 {
             return Err(Error::Input("no tokens to process".into()));
         }
         let h = self.embed(ids, media)?;
-        let per_layer_inputs = self.per_layer_inputs(ids, &h, placeholders, tuning)?;
-        let mut h = h.reshape(&[1, len as i32, self.config.hidden_size as i32])?;
+        let per_layer_inputs = self.per_layer_inputs(ids, &h, placeholders)?;
+        let h = h.reshape(&[1, len as i32, self.config.hidden_size as i32])?;
         let offset = caches.first().map(|c| c.offset()).unwrap_or(0);
         let window = self.config.sliding_window;
         let sliding_keys = caches
@@ -269,64 +266,8 @@ impl TextModel {
             None => None,
         };
 
-        // Layers from the first KV-shared one on write no cache: when only the last `keep`
-        // rows' logits are needed, they run on those rows alone.
-        let keep = keep.filter(|&k| k > 0 && k < len);
-        let mut rows = len; // rows of h currently computed
-        let mut produced: Vec<Option<(Array, Array)>> = vec![None; self.layers.len()];
-        let mut cache_slot = 0;
-        for (i, layer) in self.layers.iter().enumerate() {
-            if let (Some(k), true) = (keep, i == self.first_shared) {
-                h = h.index((.., (len - k) as i32.., ..));
-                rows = k;
-            }
-            let skip = len - rows;
-            let mask = match layer.spec.kind {
-                AttentionKind::Full => &full_mask,
-                AttentionKind::Sliding => &sliding_mask,
-            };
-            let mask = mask.as_ref().map(|m| {
-                if skip > 0 {
-                    m.index((skip as i32.., ..))
-                } else {
-                    m.clone()
-                }
-            });
-            let per_layer_input = per_layer_inputs
-                .as_ref()
-                .map(|inputs| inputs.index((.., skip as i32.., i as i32, ..)));
-            let kv = match layer.spec.kv {
-                KvSource::Own { .. } => {
-                    let slot = cache_slot;
-                    cache_slot += 1;
-                    KvInput::Own(
-                        caches
-                            .get_mut(slot)
-                            .ok_or_else(|| Error::Input("too few caches for this model".into()))?,
-                    )
-                }
-                KvSource::Shared { producer } => KvInput::Shared(
-                    produced[producer]
-                        .clone()
-                        .ok_or_else(|| Error::Input(format!("layer {producer} produced no K/V")))?,
-                ),
-            };
-            let (out, kv) = layer.forward(
-                &h,
-                mask.as_ref(),
-                kv,
-                offset + skip,
-                per_layer_input.as_ref(),
-                tuning,
-            )?;
-            h = out;
-            produced[i] = kv;
-        }
-        if let Some(k) = keep {
-            if rows == len {
-                h = h.index((.., (len - k) as i32.., ..));
-            }
-        }
+        let mut kv = StepKv::one(caches, offset, full_mask, sliding_mask, self.layers.len());
+        let h = self.layers(h, per_layer_inputs, &mut kv, keep)?;
         let h = fast::rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?;
         let rows = h.shape()[1];
         Ok(h.reshape(&[rows, -1])?)
@@ -334,18 +275,16 @@ impl TextModel {
 
     /// One decode step of several sequences at once: `ids` (`[n]`) holds each sequence's next
     /// token and `caches[i]` sequence `i`'s caches (each at its own position). The projections,
-    /// the MLPs and the head run once for all rows (see `Tuning::matrix_rows`). Attention
+    /// the MLPs and the head run once for all rows, each row a vector of its own. Attention
     /// runs over `batched`, the rows' shared buffers, when given (one write and one masked
     /// attention per layer for every row; the rows' caches become views of the buffers, see
-    /// `rows.rs`), else per row over its own caches (see
-    /// [`crate::attention::Attention::forward_rows`]). Either way each row's logits are its
+    /// `batch.rs`), else per row over its own caches. Either way each row's logits are its
     /// single-sequence logits. Returns `[n, vocab]`.
     pub(crate) fn forward_rows(
         &self,
         ids: &Array,
         caches: &mut [&mut [KvCache]],
         batched: Option<&mut RowsKv>,
-        tuning: &Tuning,
     ) -> Result<Array> {
         let n = caches.len();
         if n == 0 || ids.size() != n {
@@ -354,153 +293,68 @@ impl TextModel {
                 ids.size()
             )));
         }
-        let offsets: Vec<usize> = caches
-            .iter()
-            .map(|c| c.first().map(|c| c.offset()).unwrap_or(0))
-            .collect();
         // Each row's position for RoPE, uploaded once for every layer of this step.
         let positions = row_positions(caches);
-        if let Some(kv) = batched {
-            let step = kv.begin(&positions)?;
-            let logits = self.forward_buffers(ids, &positions, &step, kv.layers_mut(), tuning)?;
-            kv.finish(caches)?;
-            return Ok(logits);
-        }
-        let (mut h, per_layer_inputs) = self.decode_inputs(ids, tuning)?;
-        let mut produced: Vec<Option<Vec<Attended>>> = vec![None; self.layers.len()];
-        let mut cache_slot = 0;
-        for (i, layer) in self.layers.iter().enumerate() {
-            let rows = match layer.spec.kv {
-                KvSource::Own { .. } => {
-                    let slot = cache_slot;
-                    cache_slot += 1;
-                    caches
-                        .iter_mut()
-                        .zip(&offsets)
-                        .map(|(c, &offset)| {
-                            let cache = c.get_mut(slot).ok_or_else(|| {
-                                Error::Input("too few caches for this model".into())
-                            })?;
-                            Ok(Row {
-                                kv: KvInput::Own(cache),
-                                offset,
-                            })
-                        })
-                        .collect::<Result<_>>()?
-                }
-                KvSource::Shared { producer } => match &produced[producer] {
-                    Some(kvs) if kvs.len() == n => kvs
-                        .iter()
-                        .zip(&offsets)
-                        .map(|(kv, &offset)| {
-                            let kv = kv.clone().ok_or_else(|| {
-                                Error::Input(format!("layer {producer} produced no K/V"))
-                            })?;
-                            Ok(Row {
-                                kv: KvInput::Shared(kv),
-                                offset,
-                            })
-                        })
-                        .collect::<Result<_>>()?,
-                    _ => return Err(Error::Input(format!("layer {i} has no K/V for every row"))),
-                },
-            };
-            let (out, kv) = self.decode_layer(
-                i,
-                &h,
-                Rows::Each(rows),
-                &positions,
-                &per_layer_inputs,
-                tuning,
-            )?;
-            h = out;
-            produced[i] = match kv {
-                Produced::Each(kvs) => Some(kvs),
-                Produced::Batched(_) => None,
-            };
-        }
-        self.rows_logits(&h, n, tuning)
+        let layers = self.layers.len();
+        let h = match batched {
+            Some(batch) => {
+                let step = batch.begin(&positions)?;
+                let (h, per_layer_inputs) = self.decode_inputs(ids)?;
+                let mut kv = StepKv::batch(batch, step, &positions, layers);
+                let h = self.layers(h, per_layer_inputs, &mut kv, None)?;
+                batch.finish(caches)?;
+                h
+            }
+            None => {
+                let (h, per_layer_inputs) = self.decode_inputs(ids)?;
+                let mut kv = StepKv::rows(caches, &positions, layers);
+                self.layers(h, per_layer_inputs, &mut kv, None)?
+            }
+        };
+        let h = fast::rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?;
+        let logits = self.head(&h)?;
+        Ok(logits.reshape(&[n as i32, -1])?)
     }
 
-    /// One decode step of the rows whose keys and values are `buffers` (one per cache-owning
-    /// layer, in slot order; each row's new K/V is written into them), at `positions`
-    /// (`[n]` int32) with `step`'s geometry: `[n, vocab]`. Made of arrays alone, so that it
-    /// can be compiled ([`crate::compiled`]).
-    pub(crate) fn forward_buffers(
+    /// The layer stack over `h` (`[rows, T, hidden]`), the per-layer inputs
+    /// (`[rows, T, layers, width]`) taken layer by layer, the keys and values through `kv`.
+    /// Layers from the first KV-shared one on write no cache: when only the last `keep`
+    /// positions are needed, they run on those positions alone, which are all it returns.
+    fn layers(
         &self,
-        ids: &Array,
-        positions: &Array,
-        step: &RowsStep,
-        buffers: &mut [LayerRows],
-        tuning: &Tuning,
+        mut h: Array,
+        per_layer_inputs: Option<Array>,
+        kv: &mut StepKv<'_, '_>,
+        keep: Option<usize>,
     ) -> Result<Array> {
-        let n = ids.size();
-        let (mut h, per_layer_inputs) = self.decode_inputs(ids, tuning)?;
-        let mut produced: Vec<Option<(Array, Array)>> = vec![None; self.layers.len()];
-        let mut buffers = buffers.iter_mut();
+        let len = h.shape()[1] as usize;
+        let keep = keep.filter(|&k| k > 0 && k < len);
+        let mut skip = 0;
         for (i, layer) in self.layers.iter().enumerate() {
-            let kv =
-                match layer.spec.kv {
-                    KvSource::Own { .. } => BatchedKv::Own(buffers.next().ok_or_else(|| {
-                        Error::Input("too few cache buffers for this model".into())
-                    })?),
-                    KvSource::Shared { producer } => {
-                        BatchedKv::Shared(produced[producer].clone().ok_or_else(|| {
-                            Error::Input(format!("layer {producer} produced no K/V"))
-                        })?)
-                    }
-                };
-            let rows = Rows::Batched {
-                kv,
-                step: step.of(layer.spec.kind),
-                positions,
-            };
-            let (out, kv) = self.decode_layer(i, &h, rows, positions, &per_layer_inputs, tuning)?;
-            h = out;
-            produced[i] = match kv {
-                Produced::Batched(kv) => Some(kv),
-                Produced::Each(_) => None,
-            };
+            if let (Some(k), true) = (keep, i == self.first_shared) {
+                h = h.index((.., (len - k) as i32.., ..));
+                skip = len - k;
+                kv.skip(skip);
+            }
+            let per_layer_input = per_layer_inputs
+                .as_ref()
+                .map(|inputs| inputs.index((.., skip as i32.., i as i32, ..)));
+            h = layer.forward(&h, kv, per_layer_input.as_ref())?;
         }
-        self.rows_logits(&h, n, tuning)
-    }
-
-    /// Decoder layer `i` of a decode step over `h` (`[n, 1, hidden]`), its share of the
-    /// per-layer inputs taken from `per_layer_inputs` (`[n, 1, layers, width]`).
-    fn decode_layer(
-        &self,
-        i: usize,
-        h: &Array,
-        rows: Rows<'_>,
-        positions: &Array,
-        per_layer_inputs: &Option<Array>,
-        tuning: &Tuning,
-    ) -> Result<(Array, Produced)> {
-        let layer = self
-            .layers
-            .get(i)
-            .ok_or_else(|| Error::Input(format!("the model has no layer {i}")))?;
-        let per_layer_input = per_layer_inputs
-            .as_ref()
-            .map(|inputs| inputs.index((.., .., i as i32, ..)));
-        layer.forward_rows(
-            h,
-            None,
-            rows,
-            Some(positions),
-            per_layer_input.as_ref(),
-            tuning,
-        )
+        if let (Some(k), 0) = (keep, skip) {
+            h = h.index((.., (len - k) as i32.., ..));
+        }
+        Ok(h)
     }
 
     /// A decode step's input: each row's token embedding `[n, 1, hidden]` and per-layer
     /// inputs `[n, 1, layers, width]` (one position per row: each row is multiplied as alone).
-    fn decode_inputs(&self, ids: &Array, tuning: &Tuning) -> Result<(Array, Option<Array>)> {
+    fn decode_inputs(&self, ids: &Array) -> Result<(Array, Option<Array>)> {
         let n = ids.size() as i32;
         let hidden = self.config.hidden_size as i32;
         let h = self.embed(ids, &[])?.reshape(&[n, 1, hidden])?;
         let per_layer_inputs = self
-            .per_layer_inputs(ids, &h, false, tuning)?
+            .per_layer_inputs(ids, &h, false)?
             .map(|p| {
                 let shape = p.shape();
                 p.reshape(&[n, 1, shape[2], shape[3]])
@@ -509,17 +363,10 @@ impl TextModel {
         Ok((h, per_layer_inputs))
     }
 
-    /// The logits `[n, vocab]` of decode rows' last hidden states `[n, 1, hidden]`.
-    fn rows_logits(&self, h: &Array, n: usize, tuning: &Tuning) -> Result<Array> {
-        let h = fast::rms_norm(h, Some(&self.norm), self.config.rms_norm_eps)?;
-        let logits = self.head(&h, tuning)?;
-        Ok(logits.reshape(&[n as i32, -1])?)
-    }
-
     /// Logits `[rows, vocab]` of final-normed hidden states `[rows, hidden]`: the tied head and
     /// the soft cap.
-    pub fn head(&self, h: &Array, tuning: &Tuning) -> Result<Array> {
-        let mut logits = self.embed_tokens.as_linear(h, tuning)?;
+    pub fn head(&self, h: &Array) -> Result<Array> {
+        let mut logits = self.embed_tokens.as_linear(h)?;
         if let Some(cap) = &self.scales.softcap {
             logits = softcap(&logits, cap)?;
         }
@@ -533,7 +380,6 @@ impl TextModel {
         ids: &Array,
         h: &Array,
         placeholders: bool,
-        tuning: &Tuning,
     ) -> Result<Option<Array>> {
         let Some(per_layer) = &self.per_layer else {
             return Ok(None);
@@ -559,7 +405,7 @@ impl TextModel {
             .reshape(&[1, len, num_layers, width])?;
         let context = per_layer
             .per_layer_model_projection
-            .forward(h, tuning)?
+            .forward(h)?
             .multiply(&self.scales.per_layer_projection)?;
         let context = fast::rms_norm(
             context.reshape(&[1, len, num_layers, width])?,

@@ -5,7 +5,8 @@
 use mlx_rs::Dtype;
 
 /// How the model is tuned for the backend it runs on. The defaults come from
-/// [`Tuning::for_backend`]; the measurements behind them are in `bench/results.md`.
+/// [`Tuning::for_backend`]; the measurements behind them are in `bench/results.md`. Each block
+/// keeps its share from load time ([`LinearKernels`], the attention's kernel choices).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Tuning {
     /// How a decode step composes attention where MLX has no fused kernel for the head size.
@@ -15,46 +16,20 @@ pub struct Tuning {
     pub cpu_lanes: usize,
     /// Input rows from which a quantized layer runs as dequantize + dense matmul, per dtype.
     pub dense_from: DenseFrom,
-    /// Row multiple the dense path pads its input to (`None` or ≤ 1: no padding), so that
-    /// prefills of different lengths share the dense matmul's shapes.
-    pub dense_bucket: Option<usize>,
     /// Head sizes for which this MLX build runs one query's attention as a fused kernel.
     pub fused_single_query_head_dims: &'static [i32],
     /// Tokens of the warm-up's first message after a load (0: a one-word message), so that the
     /// first follow-ups over a long history find the backend's kernels loaded.
     pub warm_up_history: usize,
-    /// Input rows up to which a quantized layer multiplies each row as a vector of its own (a
-    /// batch of matrix-vector products) instead of through the tiled quantized GEMM: a
-    /// speculative verify's few rows then cost about what one decode step's row costs where
-    /// the GEMM tiles many rows (CUDA: 64). 0 or 1: off.
-    pub vector_rows: usize,
     /// Drafts accepted per round below which speculative decoding costs more than it saves on
     /// this backend: a round costs a draft block and a verify of several rows, plain decoding
     /// one step per token, so the break-even is `round time / step time − 1` accepted drafts
     /// (docs/SPECULATIVE.md). Measured on CUDA and the CPU; estimated for Metal.
     pub min_drafts_accepted: f32,
-    /// Whether decode rows of several sequences step over buffers shared by the rows (one
-    /// cache write and one attention per layer for all rows, `rows.rs`) rather than each over
-    /// its own caches (a write and an attention per row and layer). On by default; off for
-    /// A/B measurements.
+    /// Whether decode rows of several sequences step over a batch's shared buffers (one cache
+    /// write and one attention per layer for all rows) rather than each over its own caches:
+    /// the per-row kernels are what a GPU's decode step is bound by. Off only for A/B runs.
     pub batched_rows: bool,
-    /// Decode rows of several sequences (`[n, 1, in]`, n ≥ 2) are multiplied by a quantized
-    /// layer as one matrix of at least this many rows, padded with zero rows (0: off, each
-    /// row a vector of its own, the kernel a lone step uses). Off everywhere: on MLX-CUDA
-    /// 0.32.2 (H100) a padded matrix of 8 runs the tiled kernel at ~46 µs a product in the
-    /// model, ~3.5× a lone row's matrix-vector product, while n rows as vectors cost ~1.7×
-    /// (2 rows) to ~3.1× (4 rows) one; end to end 4 streams decoded 293 against 244 tok/s
-    /// (bench/results.md, 2026-12-06). The matrix kernel also rounds differently, so a row's
-    /// bf16 logits would differ from its lone ones in the last bits.
-    pub matrix_rows: usize,
-    /// Whether decode steps run as one MLX compiled function per shape (rows × buffer
-    /// capacities), replayed step after step over the rows' buffers (`compiled.rs`), rather
-    /// than as a graph built anew each step. A lone answer then steps as a row of one. Needs
-    /// `batched_rows`; caches stored quantized step eagerly. Off by default: on MLX-CUDA
-    /// 0.32.2 (H100) a replayed step cost what an eager one does (build 1.09 vs 1.06 ms,
-    /// dispatch 5.2 vs 4.9 ms per token) plus ~15–25 ms per new shape, and on the CPU decode
-    /// ran at 0.98× (bench/results.md, 2026-12-06); unmeasured on Metal.
-    pub compiled_decode: bool,
 }
 
 impl Tuning {
@@ -67,10 +42,8 @@ impl Tuning {
     pub fn for_flavor(flavor: &str) -> Self {
         let cuda = flavor.starts_with("cuda");
         Self {
-            // MLX-CUDA 0.32.2 multiplies the grouped rows with cuBLAS (~11 µs of host time a
-            // call) and one query head per row with its own matrix-vector kernel: one decode
-            // attention ~25 → ~19 µs on an H100 (bench/cuda/attention_variants.py, measured in
-            // one process). The CPU is faster with the grouped rows; Metal is unmeasured.
+            // On CUDA one query head per row as its own matrix-vector product saves a cuBLAS
+            // call's host time; the CPU is faster with the grouped rows.
             decode_attention: if cuda {
                 DecodeAttention::HeadScores
             } else {
@@ -92,8 +65,7 @@ impl Tuning {
                 _ if cuda => DenseFrom::all(Some(128)),
                 _ => DenseFrom::all(None),
             },
-            dense_bucket: None,
-            // MLX 0.32.2: Metal's vector kernel takes these sizes, CUDA's only 64 to 128.
+            // The head sizes MLX's vector attention kernel takes on each backend.
             fused_single_query_head_dims: match flavor {
                 "metal" => &[64, 96, 128, 256],
                 _ if cuda => &[64, 96, 128],
@@ -105,7 +77,6 @@ impl Tuning {
                 "cpu" => 0,
                 _ => 2048,
             },
-            vector_rows: 0,
             // H200: a round of 4 rows costs ~3.2 pipelined steps (host-bound dispatch), so rounds
             // pay from ~2.2 accepted drafts; the CPU ~2.4. Metal, unmeasured: between ~0.3 (a
             // step is bound by reading the weights, which a verify reads once for all its rows)
@@ -117,8 +88,6 @@ impl Tuning {
                 _ => 2.4,
             },
             batched_rows: true,
-            matrix_rows: 0,
-            compiled_decode: false,
         }
     }
 
@@ -129,16 +98,22 @@ impl Tuning {
         self.fused_single_query_head_dims.contains(&head_dim)
     }
 
-    /// Whether decode steps run compiled over the rows' buffers, a lone answer's too
-    /// (`compiled_decode` needs `batched_rows`).
-    pub fn compiled_steps(&self) -> bool {
-        self.compiled_decode && self.batched_rows
+    /// A quantized layer's share: which kernel by rows and dtype, and its CPU lanes.
+    pub fn linear(&self) -> LinearKernels {
+        LinearKernels {
+            dense_from: self.dense_from,
+            cpu_lanes: self.cpu_lanes,
+        }
     }
+}
 
-    /// The row multiple the dense path pads to, if padding applies.
-    pub fn dense_bucket(&self) -> Option<usize> {
-        self.dense_bucket.filter(|&rows| rows > 1)
-    }
+/// What a quantized layer keeps of [`Tuning`] from load time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinearKernels {
+    /// See [`Tuning::dense_from`].
+    pub dense_from: DenseFrom,
+    /// See [`Tuning::cpu_lanes`].
+    pub cpu_lanes: usize,
 }
 
 impl Default for Tuning {

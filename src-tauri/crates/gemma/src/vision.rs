@@ -12,7 +12,6 @@ use crate::error::{Error, Result};
 use crate::fused::geglu;
 use crate::quant::Linear;
 use crate::text::scalar;
-use crate::tuning::Tuning;
 use crate::weights::Weights;
 
 /// A linear layer whose input and output are clamped to bounds stored in the checkpoint.
@@ -54,13 +53,13 @@ impl ClippedLinear {
         out
     }
 
-    fn forward(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
+    fn forward(&self, x: &Array) -> Result<Array> {
         match &self.bounds {
-            None => self.linear.forward(x, tuning),
+            None => self.linear.forward(x),
             Some(b) => {
                 let x = clip(x, (&b.input_min, &b.input_max))?;
                 Ok(clip(
-                    self.linear.forward(&x, tuning)?,
+                    self.linear.forward(&x)?,
                     (&b.output_min, &b.output_max),
                 )?)
             }
@@ -91,21 +90,13 @@ impl VisionAttention {
         out
     }
 
-    fn forward(&self, x: &Array, cos: &Array, sin: &Array, tuning: &Tuning) -> Result<Array> {
+    fn forward(&self, x: &Array, cos: &Array, sin: &Array) -> Result<Array> {
         let len = x.shape()[1];
         let (heads, d, eps) = (self.num_heads, self.head_dim, self.eps);
         let split = |a: Array| a.reshape(&[1, len, heads, d]);
-        let queries = float32_rms(
-            &split(self.q_proj.forward(x, tuning)?)?,
-            Some(&self.q_norm),
-            eps,
-        )?;
-        let keys = float32_rms(
-            &split(self.k_proj.forward(x, tuning)?)?,
-            Some(&self.k_norm),
-            eps,
-        )?;
-        let values = float32_rms(&split(self.v_proj.forward(x, tuning)?)?, None, eps)?;
+        let queries = float32_rms(&split(self.q_proj.forward(x)?)?, Some(&self.q_norm), eps)?;
+        let keys = float32_rms(&split(self.k_proj.forward(x)?)?, Some(&self.k_norm), eps)?;
+        let values = float32_rms(&split(self.v_proj.forward(x)?)?, None, eps)?;
         let queries = rope_2d(&queries, cos, sin, d)?.transpose_axes(&[0, 2, 1, 3])?;
         let keys = rope_2d(&keys, cos, sin, d)?.transpose_axes(&[0, 2, 1, 3])?;
         let values = values.transpose_axes(&[0, 2, 1, 3])?;
@@ -121,7 +112,6 @@ impl VisionAttention {
         self.o_proj.forward(
             &out.transpose_axes(&[0, 2, 1, 3])?
                 .reshape(&[1, len, heads * d])?,
-            tuning,
         )
     }
 }
@@ -141,12 +131,9 @@ impl VisionMlp {
             .collect()
     }
 
-    fn forward(&self, x: &Array, tuning: &Tuning) -> Result<Array> {
-        let gated = geglu(
-            &self.gate_proj.forward(x, tuning)?,
-            &self.up_proj.forward(x, tuning)?,
-        )?;
-        self.down_proj.forward(&gated, tuning)
+    fn forward(&self, x: &Array) -> Result<Array> {
+        let gated = geglu(&self.gate_proj.forward(x)?, &self.up_proj.forward(x)?)?;
+        self.down_proj.forward(&gated)
     }
 }
 
@@ -213,17 +200,17 @@ impl EncoderLayer {
         out
     }
 
-    fn forward(&self, x: &Array, cos: &Array, sin: &Array, tuning: &Tuning) -> Result<Array> {
+    fn forward(&self, x: &Array, cos: &Array, sin: &Array) -> Result<Array> {
         let eps = self.eps;
         let normed = fast::rms_norm(x, Some(&self.input_layernorm), eps)?;
-        let attn = self.self_attn.forward(&normed, cos, sin, tuning)?;
+        let attn = self.self_attn.forward(&normed, cos, sin)?;
         let h = x.add(fast::rms_norm(
             &attn,
             Some(&self.post_attention_layernorm),
             eps,
         )?)?;
         let normed = fast::rms_norm(&h, Some(&self.pre_feedforward_layernorm), eps)?;
-        let mlp = self.mlp.forward(&normed, tuning)?;
+        let mlp = self.mlp.forward(&normed)?;
         Ok(h.add(fast::rms_norm(
             &mlp,
             Some(&self.post_feedforward_layernorm),
@@ -241,7 +228,6 @@ pub struct VisionTower {
     layers: Vec<EncoderLayer>,
     projection: Linear,
     text_eps: f32,
-    tuning: Tuning,
 }
 
 /// Pixels of one preprocessed image: `[3, height, width]` float32 in [0, 1], both sides
@@ -255,7 +241,7 @@ pub struct Pixels<'a> {
 impl VisionTower {
     /// Loads `vision_tower.*` and `embed_vision.*`; `None` when the config has no vision tower.
     /// What is missing or wrong is recorded in the store and stands in as zeros.
-    pub fn load(root: &Weights<'_>, config: &Config, tuning: Tuning) -> Result<Option<Self>> {
+    pub fn load(root: &Weights<'_>, config: &Config) -> Result<Option<Self>> {
         let Some(cfg) = config.vision.clone() else {
             return Ok(None);
         };
@@ -289,7 +275,6 @@ impl VisionTower {
             position_table,
             layers,
             projection,
-            tuning,
         }))
     }
 
@@ -331,11 +316,11 @@ impl VisionTower {
         let (cos, sin) = self.rope_tables(ph, pw)?;
         let mut x = x;
         for layer in &self.layers {
-            x = layer.forward(&x, &cos, &sin, &self.tuning)?;
+            x = layer.forward(&x, &cos, &sin)?;
         }
         let pooled = self.pool(&x, ph, pw)?;
         let normed = fast::rms_norm(&pooled, None, self.text_eps)?;
-        self.projection.forward(&normed, &self.tuning)
+        self.projection.forward(&normed)
     }
 
     /// Patchify (row-major patches; each patch ordered row, column, channel), map to [-1, 1],
@@ -351,7 +336,7 @@ impl VisionTower {
             .subtract(Array::from_f32(0.5))?
             .multiply(Array::from_f32(2.0))?
             .as_dtype(self.dtype)?;
-        let x = self.input_proj.forward(&patches, &self.tuning)?;
+        let x = self.input_proj.forward(&patches)?;
         let cols: Vec<i32> = (0..ph * pw).map(|i| (i % pw) as i32).collect();
         let rows: Vec<i32> = (0..ph * pw).map(|i| (i / pw) as i32).collect();
         let col_table = self.position_table.index(0);

@@ -12,6 +12,7 @@ use mlx_rs::{Array, Dtype};
 
 use crate::config::Quantization;
 use crate::error::{Error, Result};
+use crate::tuning::Tuning;
 
 /// Name, dtype and shape of one tensor as its file header declares it.
 #[derive(Debug, Clone)]
@@ -373,12 +374,18 @@ impl WeightStore {
     }
 
     /// The root of the checkpoint's names, handing out weights in `dtype` and quantized as
-    /// `quantization` says.
-    pub fn root<'a>(&'a self, quantization: &'a Quantization, dtype: Dtype) -> Weights<'a> {
+    /// `quantization` says, for blocks tuned as `tuning` (each keeps its share).
+    pub fn root<'a>(
+        &'a self,
+        quantization: &'a Quantization,
+        dtype: Dtype,
+        tuning: Tuning,
+    ) -> Weights<'a> {
         Weights {
             store: self,
             quantization,
             dtype,
+            tuning,
             prefix: String::new(),
             stored: false,
         }
@@ -424,6 +431,7 @@ pub struct Weights<'a> {
     store: &'a WeightStore,
     quantization: &'a Quantization,
     dtype: Dtype,
+    tuning: Tuning,
     prefix: String,
     /// [`Self::float`] leaves tensors in their stored dtype (see [`Self::as_stored`]).
     stored: bool,
@@ -455,6 +463,11 @@ impl<'a> Weights<'a> {
     /// The compute dtype weights are cast to.
     pub fn dtype(&self) -> Dtype {
         self.dtype
+    }
+
+    /// The tuning the blocks loaded from here keep their share of.
+    pub fn tuning(&self) -> &Tuning {
+        &self.tuning
     }
 
     /// The checkpoint's quantization config.

@@ -6,6 +6,7 @@ use common::normal;
 
 use gemma::config::QuantSpec;
 use gemma::quant::Linear;
+use gemma::tuning::LinearKernels;
 use gemma::Tuning;
 use mlx_rs::ops::{dequantize, quantize, quantized_matmul};
 use mlx_rs::{Array, Dtype};
@@ -26,7 +27,7 @@ fn random_quantized(out: i32, inp: i32, seed: u64) -> (Array, Array, Array) {
     quantize(&w, 64, 4).unwrap()
 }
 
-fn quantized_layer(words: &Array, scales: Array, biases: Array) -> Linear {
+fn quantized_layer(words: &Array, scales: Array, biases: Array, kernels: LinearKernels) -> Linear {
     Linear::Quantized {
         weight: words.clone(),
         scales,
@@ -35,6 +36,7 @@ fn quantized_layer(words: &Array, scales: Array, biases: Array) -> Linear {
             bits: 4,
             group_size: 64,
         },
+        kernels,
     }
 }
 
@@ -48,6 +50,7 @@ fn a_quantized_layer_in_half_precision_is_within_its_rounding_over_several_rows(
             &words,
             scales.as_dtype(dtype).unwrap(),
             biases.as_dtype(dtype).unwrap(),
+            tuning.linear(),
         );
         // The exact product of the layer's (half-precision) weights with the same inputs.
         let (s32, b32) = match &layer {
@@ -65,7 +68,7 @@ fn a_quantized_layer_in_half_precision_is_within_its_rounding_over_several_rows(
                 .unwrap()
                 .matmul(dense32.transpose().unwrap())
                 .unwrap();
-            let y = layer.forward(&x, &tuning).unwrap();
+            let y = layer.forward(&x).unwrap();
             assert_eq!(y.shape(), &[1, rows, out]);
             assert_eq!(y.dtype(), dtype);
             let dense = tuning
@@ -75,7 +78,7 @@ fn a_quantized_layer_in_half_precision_is_within_its_rounding_over_several_rows(
             if rows == 1 && !dense {
                 // One row keeps MLX's quantized kernel, as mlx-vlm does (on the CPU, in bf16,
                 // it accumulates in bf16: a few % off, and faster than dequantizing).
-                let stored = layer.forward_as_stored(&x, &tuning).unwrap();
+                let stored = layer.forward_as_stored(&x).unwrap();
                 assert_eq!(
                     relative_error(&y, &stored.as_dtype(Dtype::Float32).unwrap()),
                     0.0
@@ -102,74 +105,21 @@ fn a_quantized_layer_shared_among_cpu_lanes_gives_the_one_piece_result_exactly()
     // Wide enough to be shared among up to 4 lanes.
     let (out, inp) = (1040, 256);
     let (words, scales, biases) = random_quantized(out, inp, 3);
-    let layer = quantized_layer(&words, scales.clone(), biases.clone());
     for lanes in [1, 2, 4] {
+        let tuning = Tuning {
+            cpu_lanes: lanes,
+            ..Tuning::for_flavor("cpu")
+        };
+        let layer = quantized_layer(&words, scales.clone(), biases.clone(), tuning.linear());
         for rows in [1, 5] {
             let x = normal(&[1, rows, inp], 4);
             let whole = quantized_matmul(&x, &words, &scales, &biases, true, 64, 4).unwrap();
-            let tuning = Tuning {
-                cpu_lanes: lanes,
-                vector_rows: 0,
-                ..Tuning::for_flavor("cpu")
-            };
-            let y = layer.forward_as_stored(&x, &tuning).unwrap();
+            let y = layer.forward_as_stored(&x).unwrap();
             assert_eq!(y.shape(), &[1, rows, out]);
             assert_eq!(
                 relative_error(&y, &whole),
                 0.0,
                 "{lanes} lanes, {rows} rows"
-            );
-        }
-    }
-}
-
-#[test]
-fn the_dense_path_padded_to_a_row_bucket_gives_the_unpadded_rows_exactly() {
-    let (out, inp) = (1040, 256);
-    let (words, scales, biases) = random_quantized(out, inp, 5);
-    for dtype in [Dtype::Float32, Dtype::Bfloat16] {
-        let (s, b) = (
-            scales.as_dtype(dtype).unwrap(),
-            biases.as_dtype(dtype).unwrap(),
-        );
-        let layer = quantized_layer(&words, s.clone(), b.clone());
-        let dense = dequantize(&words, &s, &b, 64, 4).unwrap();
-        for rows in [1, 38, 64, 70] {
-            let x = normal(&[1, rows, inp], 6).as_dtype(dtype).unwrap();
-            let expected = x.matmul(dense.transpose().unwrap()).unwrap();
-            let y = layer.forward_dense_padded(&x, 64, 1).unwrap();
-            assert_eq!(y.shape(), &[1, rows, out], "{dtype:?}, {rows} rows");
-            assert_eq!(y.dtype(), dtype);
-            let err = relative_error(&y, &expected.as_dtype(Dtype::Float32).unwrap());
-            assert_eq!(err, 0.0, "{dtype:?}, {rows} rows");
-        }
-    }
-}
-
-#[test]
-fn a_few_rows_as_vectors_give_each_row_exactly_its_one_row_product() {
-    // A speculative verify's rows, each through the matrix-vector kernel a decode step uses.
-    let (out, inp) = (1040, 256);
-    let (words, scales, biases) = random_quantized(out, inp, 7);
-    let layer = quantized_layer(&words, scales, biases);
-    let tuning = Tuning {
-        cpu_lanes: 1,
-        vector_rows: 8,
-        ..Tuning::for_flavor("cpu")
-    };
-    for rows in [2, 5, 8] {
-        let x = normal(&[1, rows, inp], 8);
-        let y = layer.forward_as_stored(&x, &tuning).unwrap();
-        assert_eq!(y.shape(), &[1, rows, out]);
-        for r in 0..rows {
-            use mlx_rs::ops::indexing::IndexOp;
-            let one = layer
-                .forward_as_stored(&x.index((.., r..r + 1, ..)), &tuning)
-                .unwrap();
-            assert_eq!(
-                relative_error(&y.index((.., r..r + 1, ..)), &one),
-                0.0,
-                "{rows} rows, row {r}"
             );
         }
     }

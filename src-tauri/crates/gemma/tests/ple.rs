@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use gemma::weights::read_header;
-use gemma::{KvCache, LoadOptions, Model};
+use gemma::{BatchKvCache, KvCache, LoadOptions, Model};
 use mlx_rs::ops::{abs, max};
 use mlx_rs::{Array, Dtype};
 
@@ -150,7 +150,8 @@ fn rows_from_the_file_give_the_resident_logits() {
         m.forward(&prompt[..4], &[], &mut second, Some(1)).unwrap();
         let ids = Array::from_slice(&[999u32, 3], &[2]);
         let mut caches: Vec<&mut [KvCache]> = vec![&mut first, &mut second];
-        m.forward_rows(&ids, &mut caches).unwrap()
+        m.forward_rows(&ids, &mut caches, &mut BatchKvCache::new())
+            .unwrap()
     };
     assert_eq!(
         max_diff(&rows(&resident), &rows(&model)),

@@ -1,23 +1,18 @@
 //! Decode rows of several sequences stepped together over shared buffers (`rows.rs`): every
 //! row's logits and caches are its own alone, bit for bit on MLX's CPU backend, through joins,
 //! a row stepping alone, a rewind, a row leaving, buffer growth and a sliding buffer moving its
-//! start, across the sliding window. The same through the compiled step (`compiled.rs`), up to
-//! the order of the float sums, and with a trace per shape, not per step.
+//! start, across the sliding window.
 
 mod common;
 
-use gemma::{KvCache, LoadOptions, Model, Tuning};
+use gemma::{BatchKvCache, KvCache, LoadOptions, Model, Tuning};
 use mlx_rs::{Array, Dtype};
 
-/// The eager step (`compiled_decode` off) unless `compiled`.
-fn load(name: &str, kv_quantization: bool, compiled: bool) -> Model {
+fn load(name: &str, kv_quantization: bool) -> Model {
     let options = LoadOptions {
         dtype: Some(Dtype::Float32),
         kv_quantization,
-        tuning: Tuning {
-            compiled_decode: compiled,
-            ..Tuning::for_backend()
-        },
+        tuning: Tuning::for_backend(),
         ..LoadOptions::default()
     };
     Model::load(&common::fixture(name), &options).unwrap()
@@ -109,15 +104,16 @@ fn close(a: &[f32], b: &[f32]) -> f32 {
     diff / b.iter().fold(0.0f32, |m, y| m.max(y.abs())).max(1e-30)
 }
 
-/// Logits and keys of the compiled step may differ from the eager ones by float32 rounding
-/// (whole buffers attended, chains fused; keys at positions in the hundreds differ by ~1.5e-5
-/// after RoPE): this much, relative (see [`close`]).
-const COMPILED: f32 = 1e-4;
-
-/// `steps` decode steps of `seqs` together, each row compared with its step alone (logits
+/// `steps` decode steps of `seqs` together over `kv`'s buffers, each row compared with its step alone (logits
 /// within `tol`, the same greedy token). Returns whether the rows' caches were views of shared
 /// buffers after every step.
-fn together(model: &Model, seqs: &mut [&mut Sequence], steps: usize, tol: f32) -> bool {
+fn together(
+    model: &Model,
+    kv: &mut BatchKvCache,
+    seqs: &mut [&mut Sequence],
+    steps: usize,
+    tol: f32,
+) -> bool {
     let mut shared = true;
     for _ in 0..steps {
         let ids: Vec<u32> = seqs.iter().map(|s| s.next).collect();
@@ -125,7 +121,7 @@ fn together(model: &Model, seqs: &mut [&mut Sequence], steps: usize, tol: f32) -
         let logits = {
             let mut caches: Vec<&mut [KvCache]> =
                 seqs.iter_mut().map(|s| s.rows.as_mut_slice()).collect();
-            model.forward_rows(&ids, &mut caches).unwrap()
+            model.forward_rows(&ids, &mut caches, kv).unwrap()
         };
         let vocab = logits.shape()[1] as usize;
         let logits = host(&logits);
@@ -148,22 +144,41 @@ fn together(model: &Model, seqs: &mut [&mut Sequence], steps: usize, tol: f32) -
 /// Three rows through joins, a row stepping alone, a rewind, a row leaving and buffer growth,
 /// each compared with its lone steps within `tol`.
 fn joins_rewinds_and_growth(model: &Model, tol: f32) {
+    let mut kv = BatchKvCache::new();
     let (mut a, mut b, mut c) = (
         Sequence::new(model, 5, 1),
         Sequence::new(model, 40, 2),
         Sequence::new(model, 250, 3),
     );
     // Three rows, one short, one past the window (32), one long.
-    assert!(together(model, &mut [&mut a, &mut b, &mut c], 20, tol));
+    assert!(together(
+        model,
+        &mut kv,
+        &mut [&mut a, &mut b, &mut c],
+        20,
+        tol
+    ));
     // One steps alone: the others' buffers are gathered again at the next step together.
     for _ in 0..3 {
         b.step_alone(model, tol);
     }
-    assert!(together(model, &mut [&mut a, &mut b, &mut c], 10, tol));
+    assert!(together(
+        model,
+        &mut kv,
+        &mut [&mut a, &mut b, &mut c],
+        10,
+        tol
+    ));
     // A rewind (the next turn of a chat) of one row.
     c.trim(5);
     c.assert_caches_agree(tol);
-    assert!(together(model, &mut [&mut a, &mut b, &mut c], 5, tol));
+    assert!(together(
+        model,
+        &mut kv,
+        &mut [&mut a, &mut b, &mut c],
+        5,
+        tol
+    ));
     // One leaves with its own copy and goes on alone.
     for cache in a.rows.iter_mut() {
         cache.detach().unwrap();
@@ -173,11 +188,11 @@ fn joins_rewinds_and_growth(model: &Model, tol: f32) {
     a.step_alone(model, tol);
     // Two go on: the full buffers grow past their first 512 positions and the sliding ones
     // let go of what no row holds any longer.
-    assert!(together(model, &mut [&mut b, &mut c], 360, tol));
+    assert!(together(model, &mut kv, &mut [&mut b, &mut c], 360, tol));
     for s in [&a, &b, &c] {
         s.assert_caches_agree(tol);
     }
-    model.release_rows();
+    drop(kv);
     // The caches outlive the buffers they were views of.
     b.step_alone(model, tol);
     b.assert_caches_agree(tol);
@@ -185,33 +200,19 @@ fn joins_rewinds_and_growth(model: &Model, tol: f32) {
 
 #[test]
 fn rows_stepped_together_are_each_what_they_are_alone_through_joins_rewinds_and_growth() {
-    joins_rewinds_and_growth(&load("tiny", false, false), 0.0);
+    joins_rewinds_and_growth(&load("tiny", false), 0.0);
 }
 
 #[test]
-fn rows_through_the_compiled_step_are_each_what_they_are_alone_and_traced_once_per_shape() {
-    let model = load("tiny", false, true);
-    let before = gemma::compiled::traces();
-    joins_rewinds_and_growth(&model, COMPILED);
-    // 395 steps together in 3 row counts; the buffers' capacities change a few times (every
-    // 256 positions): a trace per shape met, not per step.
-    let traced = gemma::compiled::traces() - before;
-    assert!((3..=12).contains(&traced), "{traced} traces");
-}
-
-#[test]
-fn rows_multiplied_as_one_padded_matrix_are_each_what_they_are_alone() {
-    // (The quantized layers see one matrix of 8 rows, `Tuning::matrix_rows`, off by default
-    // since it measured slower on CUDA but kept for A/B, and each row's attention scores one
-    // query head per row under the rows' mask, CUDA's default.)
+fn rows_whose_attention_scores_one_head_per_row_are_each_what_they_are_alone() {
+    // (Each row's attention scores one query head per row under the rows' mask, CUDA's
+    // default.)
     let model = Model::load(
         &common::fixture("tiny"),
         &LoadOptions {
             dtype: Some(Dtype::Float32),
             tuning: Tuning {
-                matrix_rows: 8,
                 decode_attention: gemma::tuning::DecodeAttention::HeadScores,
-                compiled_decode: false,
                 ..Tuning::for_backend()
             },
             ..LoadOptions::default()
@@ -223,7 +224,14 @@ fn rows_multiplied_as_one_padded_matrix_are_each_what_they_are_alone() {
         Sequence::new(&model, 50, 9),
         Sequence::new(&model, 3, 10),
     );
-    assert!(together(&model, &mut [&mut a, &mut b, &mut c], 12, 0.0));
+    let mut kv = BatchKvCache::new();
+    assert!(together(
+        &model,
+        &mut kv,
+        &mut [&mut a, &mut b, &mut c],
+        12,
+        0.0
+    ));
     for s in [&a, &b, &c] {
         s.assert_caches_agree(0.0);
     }
@@ -231,17 +239,17 @@ fn rows_multiplied_as_one_padded_matrix_are_each_what_they_are_alone() {
 
 #[test]
 fn rows_whose_caches_are_stored_quantized_step_each_over_its_own() {
-    // (Compiled or not: caches stored quantized step eagerly, each over its own.)
-    let model = load("tiny-optiq", true, true);
+    let model = load("tiny-optiq", true);
     let (mut a, mut b) = (Sequence::new(&model, 6, 4), Sequence::new(&model, 45, 5));
-    assert!(!together(&model, &mut [&mut a, &mut b], 4, 0.0));
+    let mut kv = BatchKvCache::new();
+    assert!(!together(&model, &mut kv, &mut [&mut a, &mut b], 4, 0.0));
     a.assert_caches_agree(0.0);
     b.assert_caches_agree(0.0);
 }
 
 #[test]
 fn stepping_rows_each_over_its_own_caches_gives_the_same_as_over_shared_buffers() {
-    let shared = load("tiny", false, false);
+    let shared = load("tiny", false);
     let own = Model::load(
         &common::fixture("tiny"),
         &LoadOptions {
@@ -254,63 +262,11 @@ fn stepping_rows_each_over_its_own_caches_gives_the_same_as_over_shared_buffers(
         },
     )
     .unwrap();
+    let mut kv = BatchKvCache::new();
     let mut a = Sequence::new(&own, 7, 6);
     let mut b = Sequence::new(&own, 70, 7);
-    assert!(!together(&own, &mut [&mut a, &mut b], 8, 0.0));
+    assert!(!together(&own, &mut kv, &mut [&mut a, &mut b], 8, 0.0));
     let mut a = Sequence::new(&shared, 7, 6);
     let mut b = Sequence::new(&shared, 70, 7);
-    assert!(together(&shared, &mut [&mut a, &mut b], 8, 0.0));
-}
-
-/// A lone answer's greedy tokens and each step's logits: `prompt` prefilled, `steps` decode
-/// steps through [`Model::decode`], then a follow-up turn (the last 7 positions rewound, 12 new
-/// prompt tokens prefilled) and `steps` more.
-fn answer(model: &Model, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
-    let mut caches = model.new_caches();
-    let mut next = top(&host(
-        &model.forward(prompt, &[], &mut caches, Some(1)).unwrap(),
-    ));
-    let (mut tokens, mut all) = (vec![next], Vec::new());
-    let mut decode = |caches: &mut Vec<KvCache>, next: &mut u32, tokens: &mut Vec<u32>| {
-        for _ in 0..steps {
-            let logits = host(
-                &model
-                    .decode(&Array::from_slice(&[*next], &[1]), caches)
-                    .unwrap(),
-            );
-            *next = top(&logits);
-            tokens.push(*next);
-            all.push(logits);
-        }
-    };
-    decode(&mut caches, &mut next, &mut tokens);
-    for cache in caches.iter_mut() {
-        cache.trim(7).unwrap();
-    }
-    let turn: Vec<u32> = (0..12).map(|i| 3 + i * 41).collect();
-    next = top(&host(
-        &model.forward(&turn, &[], &mut caches, Some(1)).unwrap(),
-    ));
-    tokens.push(next);
-    decode(&mut caches, &mut next, &mut tokens);
-    (tokens, all)
-}
-
-#[test]
-fn a_long_answer_and_its_follow_up_are_the_same_through_the_compiled_step_as_eagerly() {
-    let (eager, compiled) = (load("tiny", false, false), load("tiny", false, true));
-    let prompt: Vec<u32> = (0..40).map(|i| 2 + (i * 53) % 1000).collect();
-    let (want, want_logits) = answer(&eager, &prompt, 320);
-    let before = gemma::compiled::traces();
-    let (got, got_logits) = answer(&compiled, &prompt, 320);
-    // 40 + 320 + 12 + 320 positions: the full buffers grow twice past 256 and the sliding
-    // window (32) wraps over and over; the rewind and the follow-up's prefill run eagerly, and
-    // the next decode gathers the buffers again.
-    assert_eq!(got, want, "greedy tokens");
-    for (step, (g, w)) in got_logits.iter().zip(&want_logits).enumerate() {
-        let diff = close(g, w);
-        assert!(diff <= COMPILED, "step {step}: logits differ by {diff:e}");
-    }
-    let traced = gemma::compiled::traces() - before;
-    assert!((1..=6).contains(&traced), "{traced} traces for 640 steps");
+    assert!(together(&shared, &mut kv, &mut [&mut a, &mut b], 8, 0.0));
 }

@@ -56,14 +56,10 @@ fn plain() -> Tuning {
         decode_attention: DecodeAttention::GroupedRows,
         cpu_lanes: 1,
         dense_from: DenseFrom::all(None),
-        dense_bucket: None,
         fused_single_query_head_dims: &[],
         warm_up_history: 0,
-        vector_rows: 0,
         min_drafts_accepted: 0.3,
         batched_rows: true,
-        matrix_rows: 0,
-        compiled_decode: false,
     }
 }
 
@@ -78,12 +74,10 @@ fn two_models_tuned_differently_in_one_process_give_the_same_logits() {
         decode_attention: DecodeAttention::HeadScores,
         cpu_lanes: 2,
         dense_from: DenseFrom::all(Some(1)),
-        dense_bucket: Some(8),
         ..plain()
     });
     let fused = load(Tuning {
         fused_single_query_head_dims: &[64, 128],
-        vector_rows: 8,
         ..plain()
     });
     assert_eq!(lanes.tuning().cpu_lanes, 2);
@@ -106,7 +100,7 @@ fn two_models_tuned_differently_in_one_process_give_the_same_logits() {
     let err = relative_error(&sdpa, &expected);
     assert!(
         err < 1e-4,
-        "MLX's attention for one query, rows as vectors: relative error {err:.2e}"
+        "MLX's attention for one query: relative error {err:.2e}"
     );
 }
 

@@ -96,7 +96,6 @@ pub fn run(plan: &Plan, load: &LoadOptions) -> Result<Value> {
         "prompt_tokens": plan.prompts.first().map_or(0, Vec::len),
         "aggregate": aggregate,
         // What an A/B flag of the bench changed (it must reach the model: tuning_from).
-        "matrix_rows": load.tuning.matrix_rows,
         "batched_rows": load.tuning.batched_rows,
         "decode_attention": format!("{:?}", load.tuning.decode_attention),
         "window_ttft_idle_ms": idle,
@@ -126,8 +125,9 @@ fn decode_together(m: &LoadedModel, prompts: &[Vec<u32>], decode: usize) -> Resu
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut live: Vec<_> = streams.iter_mut().collect();
+    let mut kv = gemma::BatchKvCache::new();
     // Every stream's first id (sampled at the end of its prefill).
-    for id in next_tokens(&mut live) {
+    for id in next_tokens(&mut live, &mut kv) {
         id?;
     }
     let start = Instant::now();
@@ -137,7 +137,7 @@ fn decode_together(m: &LoadedModel, prompts: &[Vec<u32>], decode: usize) -> Resu
         if live.is_empty() {
             break;
         }
-        for id in next_tokens(&mut live) {
+        for id in next_tokens(&mut live, &mut kv) {
             tokens += usize::from(id?.is_some());
         }
     }

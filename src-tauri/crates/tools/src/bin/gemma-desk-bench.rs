@@ -71,10 +71,6 @@ struct Cli {
     /// (default: the engine's measured choice for this backend and dtype).
     #[arg(long, value_parser = parse_rows)]
     dense_from: Option<DenseFrom>,
-    /// Pad the dense path's input rows to a multiple of this (default: no padding), so that
-    /// prefills of different lengths share shapes.
-    #[arg(long)]
-    dense_bucket: Option<usize>,
     /// Lanes (CPU streams) a quantized layer's rows are shared among on MLX's CPU backend
     /// (default: one per core, at most 4; 1 = none).
     #[arg(long)]
@@ -90,18 +86,10 @@ struct Cli {
     /// Tokens per verify with `--mtp`.
     #[arg(long, default_value_t = 4)]
     mtp_block: usize,
-    /// Input rows up to which quantized layers multiply rows as vectors (default: the
-    /// engine's), see `Tuning::vector_rows`.
-    #[arg(long)]
-    vector_rows: Option<usize>,
     /// Step several sequences' decode rows each over its own caches instead of over buffers
     /// shared by the rows (`Tuning::batched_rows`), for A/B measurements.
     #[arg(long)]
     rows_each: bool,
-    /// Rows from which several sequences' decode rows are multiplied as one padded matrix
-    /// (default: the engine's), see `Tuning::matrix_rows`.
-    #[arg(long)]
-    matrix_rows: Option<usize>,
     /// Instead of the plan: where the memory goes for the model in this folder
     /// (`tools::memory`): weights by part, KV caches, MLX and process memory after loading and
     /// after a prefill.
@@ -117,10 +105,6 @@ struct Cli {
     /// measurements.
     #[arg(long)]
     ple_resident: bool,
-    /// Whether a decode step replays one compiled function (`true`) or builds its graph anew
-    /// (`false`); default: the engine's, see `Tuning::compiled_decode`.
-    #[arg(long)]
-    compiled_decode: Option<bool>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -506,10 +490,9 @@ fn graph_kinds(outputs: &[&Array]) -> Result<serde_json::Value> {
     Ok(json!({ "primitives": total, "kinds": kinds }))
 }
 
-/// What a decode step of a shape not met before costs against its replays (milliseconds, the
-/// step and its greedy token evaluated): MLX's compile cache is cleared first, so the first
-/// step traces and compiles its function again (`Tuning::compiled_decode`; the eager graph has
-/// no trace, only MLX's own first-use work), then the median of 7 more steps.
+/// What a decode step costs after MLX's compile cache is cleared against the steps after it
+/// (milliseconds, the step and its greedy token evaluated): MLX's own first-use work (its
+/// compiled elementwise chains traced again), then the median of 7 more steps.
 fn first_step_cost(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::Value> {
     use mlx_rs::ops::indexing::argmax_axis;
     let (mut caches, _, mut y) = first_token(model, prompt)?;
@@ -524,13 +507,11 @@ fn first_step_cost(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::V
     };
     step(&mut caches, &mut y)?;
     mlx_rs::transforms::compile::clear_cache();
-    let traces = gemma::compiled::traces();
     let first = step(&mut caches, &mut y)?;
-    let traced = gemma::compiled::traces() - traces;
     let mut replays = (0..7)
         .map(|_| step(&mut caches, &mut y))
         .collect::<Result<Vec<_>>>()?;
-    Ok(json!({ "first_ms": first, "replay_ms": median(&mut replays), "traces": traced }))
+    Ok(json!({ "first_ms": first, "replay_ms": median(&mut replays) }))
 }
 
 fn export_to_dot(path: &Path, outputs: &[&Array]) -> Result<()> {
@@ -601,9 +582,6 @@ fn tuning_from(cli: &Cli) -> Tuning {
     if let Some(DenseFrom(rows)) = cli.dense_from {
         tuning.dense_from = DenseFromRows::all(rows);
     }
-    if let Some(bucket) = cli.dense_bucket {
-        tuning.dense_bucket = Some(bucket);
-    }
     if let Some(lanes) = cli.cpu_lanes {
         tuning.cpu_lanes = lanes.max(1);
     }
@@ -616,17 +594,8 @@ fn tuning_from(cli: &Cli) -> Tuning {
     if let Some(history) = cli.warm_up_history {
         tuning.warm_up_history = history;
     }
-    if let Some(rows) = cli.vector_rows {
-        tuning.vector_rows = rows;
-    }
     if cli.rows_each {
         tuning.batched_rows = false;
-    }
-    if let Some(rows) = cli.matrix_rows {
-        tuning.matrix_rows = rows;
-    }
-    if let Some(compiled) = cli.compiled_decode {
-        tuning.compiled_decode = compiled;
     }
     tuning
 }
@@ -811,7 +780,6 @@ fn main() -> Result<()> {
         "engine": "gemma-desk",
         "dtype": dtype_name,
         "dense_from": tuning.dense_from.rows(bench.loaded.model.dtype()),
-        "dense_bucket": tuning.dense_bucket(),
         "cpu_lanes": tuning.cpu_lanes,
         "decode_attention": format!("{:?}", tuning.decode_attention),
         "load_cold_s": load_cold,

@@ -1,4 +1,5 @@
-//! The caches of several sequences decoding together, held in one buffer per layer.
+//! The caches of several sequences decoding together, held in one buffer per layer: a kind of
+//! cache ([`BatchKvCache`], as mlx-lm's `BatchKVCache`) that whoever steps the rows owns.
 //!
 //! Stepping n sequences over their own caches costs n cache updates and n attentions per layer:
 //! on a GPU, where a decode step is bound by dispatch and weight reads, those per-row kernels
@@ -24,6 +25,38 @@ use mlx_rs::Array;
 use crate::cache::{KvCache, REWIND_SLACK};
 use crate::config::AttentionKind;
 use crate::error::{Error, Result};
+
+/// The buffers of decode rows stepping together, between steps: owned by whoever steps the rows
+/// (the engine's batch) and handed to [`crate::Model::forward_rows`] at each step, which
+/// gathers them anew from the rows' caches whenever those are not exactly the rows it last
+/// stepped, unchanged.
+#[derive(Default)]
+pub struct BatchKvCache {
+    kv: Option<RowsKv>,
+}
+
+impl BatchKvCache {
+    /// No buffers yet: the first step gathers them.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lets go of the buffers; the rows' caches keep what they hold.
+    pub fn clear(&mut self) {
+        self.kv = None;
+    }
+
+    /// The buffers of `caches`' rows, gathered anew unless these are exactly the rows last
+    /// stepped, unchanged; `None` when the rows cannot be batched this way (see
+    /// [`RowsKv::gather`]).
+    pub(crate) fn for_rows(&mut self, caches: &[&mut [KvCache]]) -> Result<Option<&mut RowsKv>> {
+        if !self.kv.as_ref().is_some_and(|kv| kv.holds(caches)) {
+            self.kv = None; // (the old buffers go before the new ones are made)
+            self.kv = RowsKv::gather(caches)?;
+        }
+        Ok(self.kv.as_mut())
+    }
+}
 
 /// Buffers grow (and a sliding buffer's start moves) in steps of this many positions.
 const CHUNK: usize = 256;
@@ -66,8 +99,8 @@ pub(crate) struct RowsKv {
 pub(crate) struct KindStep {
     /// `[rows, 1, capacity, 1]`: true at each row's new position.
     write: Array,
-    /// Buffer indices attended (`None`: all of them).
-    range: Option<(i32, i32)>,
+    /// Buffer indices attended.
+    range: (i32, i32),
     /// `[rows, 1, 1, attended]`: the keys each row sees.
     pub mask: Array,
 }
@@ -79,30 +112,6 @@ pub(crate) struct RowsStep {
 }
 
 impl RowsStep {
-    /// The geometry of a compiled step, from arrays alone: every row writes at `positions`
-    /// (`[rows]` int32) and each kind of layer attends the whole of its buffers (`layers`; the
-    /// absolute position of index 0 in `bases`, `[2]` int32, full then sliding), each row
-    /// masked to the positions it sees.
-    pub fn whole(
-        positions: &Array,
-        bases: &Array,
-        layers: &[LayerRows],
-        window: Option<usize>,
-    ) -> Result<Self> {
-        let kind = |k: i32, of: AttentionKind, window| -> Result<KindStep> {
-            let capacity = layers
-                .iter()
-                .find(|l| l.kind == of)
-                .map_or(0, |l| l.keys.shape()[2]);
-            let index = arange::<i32, i32>(0, capacity, None)?.add(bases.index(k))?;
-            geometry(&index, positions, None, window)
-        };
-        Ok(Self {
-            full: kind(0, AttentionKind::Full, None)?,
-            sliding: kind(1, AttentionKind::Sliding, window)?,
-        })
-    }
-
     pub fn of(&self, kind: AttentionKind) -> &KindStep {
         match kind {
             AttentionKind::Full => &self.full,
@@ -111,36 +120,19 @@ impl RowsStep {
     }
 }
 
-/// A layer's K/V in a batched step: its own buffers, or those its producer attended.
-pub(crate) enum BatchedKv<'a> {
-    Own(&'a mut LayerRows),
-    Shared((Array, Array)),
-}
-
 impl LayerRows {
-    /// A layer's buffers as arrays of a compiled step.
-    pub fn of(keys: Array, values: Array, kind: AttentionKind) -> Self {
-        Self { keys, values, kind }
-    }
-
-    /// The buffers (after a step: with its rows' new keys and values).
-    pub fn into_arrays(self) -> (Array, Array) {
-        (self.keys, self.values)
-    }
-
     /// Writes each row's new keys and values (`[rows, kv_heads, 1, d]`) at its position and
     /// returns the range of the buffers the step attends.
     pub fn write_and_fetch(
         &mut self,
         keys: &Array,
         values: &Array,
-        step: &KindStep,
+        step: &RowsStep,
     ) -> Result<(Array, Array)> {
+        let step = step.of(self.kind);
         self.keys = mlx_rs::ops::select(&step.write, keys, &self.keys)?;
         self.values = mlx_rs::ops::select(&step.write, values, &self.values)?;
-        let Some((lo, hi)) = step.range else {
-            return Ok((self.keys.clone(), self.values.clone()));
-        };
+        let (lo, hi) = step.range;
         let range = |a: &Array| a.index((.., .., lo..hi, ..));
         Ok((range(&self.keys), range(&self.values)))
     }
@@ -319,52 +311,6 @@ impl RowsKv {
         })
     }
 
-    /// Makes room for one more position of every row and returns what a compiled step takes
-    /// besides the ids: `[full base, sliding base]` (`[2]` int32, the absolute position at
-    /// index 0 of each kind's buffers) and every buffer, keys then values per slot. The
-    /// step's geometry is then made from arrays alone ([`RowsStep::whole`]): its shapes
-    /// change only when the buffers grow.
-    pub fn begin_compiled(&mut self) -> Result<(Array, Vec<Array>)> {
-        self.make_room()?;
-        let bases = [self.full.base as i32, self.sliding.base as i32];
-        let buffers = self
-            .layers
-            .iter()
-            .flat_map(|l| [l.keys.clone(), l.values.clone()])
-            .collect();
-        Ok((Array::from_slice(&bases, &[2]), buffers))
-    }
-
-    /// The kinds of the cache-owning layers, in slot order.
-    pub fn kinds(&self) -> Vec<AttentionKind> {
-        self.layers.iter().map(|l| l.kind).collect()
-    }
-
-    /// The sliding layers' window.
-    pub fn window(&self) -> Option<usize> {
-        self.window
-    }
-
-    /// Takes a compiled step's buffers (keys then values per slot, as
-    /// [`Self::begin_compiled`] gave them).
-    pub fn set_buffers(&mut self, buffers: Vec<Array>) -> Result<()> {
-        if buffers.len() != 2 * self.layers.len() {
-            return Err(Error::Input(format!(
-                "{} buffers for {} cache-owning layers",
-                buffers.len(),
-                self.layers.len()
-            )));
-        }
-        let mut buffers = buffers.into_iter();
-        for layer in self.layers.iter_mut() {
-            if let (Some(k), Some(v)) = (buffers.next(), buffers.next()) {
-                layer.keys = k;
-                layer.values = v;
-            }
-        }
-        Ok(())
-    }
-
     /// Every cache-owning layer's buffers, in slot order, for a step.
     pub fn layers_mut(&mut self) -> &mut [LayerRows] {
         &mut self.layers
@@ -432,25 +378,21 @@ fn kind_step(
     }
     let index = arange::<i32, i32>(span.base as i32, (span.base + span.capacity) as i32, None)?;
     let range = ((first - span.base) as i32, (end - span.base) as i32);
-    geometry(&index, positions, Some(range), window)
+    geometry(&index, positions, range, window)
 }
 
 /// Where each row writes (`index`: the absolute position of each buffer index, `[capacity]`)
-/// and, over the buffer indices `range` (all when `None`), the keys each row sees: its own
+/// and, over the buffer indices `range`, the keys each row sees: its own
 /// positions up to its new one (in a sliding layer, only its last `window`).
 fn geometry(
     index: &Array,
     positions: &Array,
-    range: Option<(i32, i32)>,
+    range: (i32, i32),
     window: Option<usize>,
 ) -> Result<KindStep> {
     let rows = positions.reshape(&[-1, 1, 1, 1])?;
     let write = index.reshape(&[1, 1, -1, 1])?.eq(&rows)?;
-    let seen = match range {
-        Some((lo, hi)) => index.index(lo..hi),
-        None => index.clone(),
-    }
-    .reshape(&[1, 1, 1, -1])?;
+    let seen = index.index(range.0..range.1).reshape(&[1, 1, 1, -1])?;
     let mut mask = seen.le(&rows)?;
     if let Some(w) = window {
         mask = mask.logical_and(&seen.add(Array::from_int(w as i32))?.gt(&rows)?)?;
