@@ -227,7 +227,7 @@ impl LocalApi {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.inner)
     }
 
     /// Where it stands.
