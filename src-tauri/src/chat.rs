@@ -317,14 +317,22 @@ impl Chat {
         }
     }
 
-    /// Starts answering `conversation_id`, whose last message is `user_message`.
+    /// Starts answering `user_message` in `conversation_id`: the prompt is the conversation
+    /// shown up to and including it, so the answer it may already have (when regenerating) is
+    /// never part of it.
     fn answer(
         &self,
         conversation_id: &str,
         user_message: Message,
         settings: &Settings,
     ) -> Result<Sent, Error> {
-        let conversation = self.store.get_conversation(conversation_id)?;
+        let mut conversation = self.store.get_conversation(conversation_id)?;
+        let asked = conversation
+            .messages
+            .iter()
+            .position(|m| m.id == user_message.id)
+            .ok_or_else(|| Error::from(not_found("message", &user_message.id)))?;
+        conversation.messages.truncate(asked + 1);
         let budget = settings.image_budget()?;
         // The chat's own prompt, else the default; read per answer, so a change applies next.
         let system_prompt = conversation

@@ -239,7 +239,7 @@ impl LocalApi {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.inner)
     }
 
     /// Where it stands, at once: while a change is being applied, where it stood before it.

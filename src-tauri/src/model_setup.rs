@@ -16,6 +16,7 @@ use crate::error::Error;
 use crate::events::Events;
 use crate::faster::{self, FasterAnswers};
 use crate::settings::{Settings, MAX_CONTEXT};
+use crate::sync::lock;
 
 /// Where the model stands, as the UI shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
@@ -522,10 +523,4 @@ impl Models {
 
 fn gigabytes(bytes: u64) -> f64 {
     bytes as f64 / 1e9
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

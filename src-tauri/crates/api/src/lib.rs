@@ -11,6 +11,7 @@ pub mod config;
 pub mod error;
 mod format;
 mod guard;
+mod http;
 mod log;
 mod messages;
 mod queue;

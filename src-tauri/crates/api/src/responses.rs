@@ -16,8 +16,9 @@ use engine::generate::Usage;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::completions::{json_response, random_id, read_request, start, Answer, Served, Step};
+use crate::completions::{start, Answer, Served, Step};
 use crate::error::ApiError;
+use crate::http::{json_response, random_id, read_request};
 use crate::tools::from_responses_tool;
 use crate::wire::{ChatCompletionRequest, ChatMessage};
 

@@ -22,10 +22,11 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::completions::{chat_completions, json_response, unix_now, Running, Served};
+use crate::completions::{chat_completions, Running, Served};
 use crate::config::{ApiConfig, ModelSlot, ServedModel};
 use crate::error::{ApiError, ServeError};
 use crate::guard::{cors, require_host, require_key, Guard};
+use crate::http::{json_response, unix_now};
 use crate::log::{self, Finished, Log, Note, Requests, Watcher};
 use crate::queue::Admission;
 use crate::responses::responses;

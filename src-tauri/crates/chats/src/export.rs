@@ -18,9 +18,8 @@ use sha2::{Digest, Sha256};
 
 use crate::attachments::{self, check_kind, file_name_for, normalize_mime, resolve, write_once};
 use crate::error::{Error, Result};
-use crate::store::{
-    check_system_prompt, ids_to_bytes, message_from_row, touch, usage_json, Store, MESSAGE_SELECT,
-};
+use crate::store::{check_system_prompt, touch, usage_json, Store};
+use crate::tree::{ids_to_bytes, message_from_row, MESSAGE_SELECT};
 use crate::types::{
     Attachment, AttachmentInput, AttachmentKind, Conversation, MessageStatus, Role, Usage,
 };

@@ -19,6 +19,7 @@ mod search;
 mod settings;
 mod store;
 mod stream;
+mod tree;
 mod types;
 
 pub use attachments::ATTACHMENTS_DIR;
