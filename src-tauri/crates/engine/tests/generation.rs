@@ -485,6 +485,7 @@ fn the_token_stream_hands_out_the_generators_ids_and_says_why_it_ended() {
         streamed.len() + usize::from(usage.stop_reason == StopReason::EndOfTurn)
     );
     // The caches hold the prompt and every id but the last (never fed forward).
+    drop(stream);
     assert_eq!(
         session.tokens(),
         [prompt.ids.as_slice(), &ids[..7]].concat()
