@@ -110,7 +110,7 @@ fn a_follow_up_about_a_clip_reuses_its_features_and_its_cache() {
     let mut again = Vec::new();
     let usage = m
         .generate(
-            StreamRequest::new(&mut Session::new(&m.model), &first, &greedy(6), &cancel),
+            StreamRequest::new(Session::new(&m.model), &first, &greedy(6), &cancel),
             |d| again.extend(d.token),
         )
         .unwrap();
@@ -182,7 +182,7 @@ fn the_clip_reaches_the_model() {
         let mut first = Vec::new();
         let cancel = AtomicBool::new(false);
         m.generate(
-            StreamRequest::new(&mut Session::new(&m.model), &prompt, &greedy(1), &cancel),
+            StreamRequest::new(Session::new(&m.model), &prompt, &greedy(1), &cancel),
             |d| first.extend(d.token),
         )
         .unwrap();
@@ -220,7 +220,7 @@ fn an_image_and_a_clip_in_one_message() {
     assert_eq!(runs(&prompt.ids, audio.placeholder), [clips[0].soft_tokens]);
     let usage = m
         .generate(
-            StreamRequest::new(&mut Session::new(&m.model), &prompt, &greedy(4), &cancel),
+            StreamRequest::new(Session::new(&m.model), &prompt, &greedy(4), &cancel),
             |_| {},
         )
         .unwrap();
@@ -240,7 +240,7 @@ fn a_model_without_an_audio_tower_refuses_a_clip_clearly() {
         .map_err(|e| e.to_string())
         .and_then(|prompt| {
             m.generate(
-                StreamRequest::new(&mut Session::new(&m.model), &prompt, &greedy(2), &cancel),
+                StreamRequest::new(Session::new(&m.model), &prompt, &greedy(2), &cancel),
                 |_| {},
             )
             .map_err(|e| e.to_string())

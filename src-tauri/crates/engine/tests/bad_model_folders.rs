@@ -928,7 +928,7 @@ fn tokenizer_configs_that_transformers_accepts_load_and_answer() {
         };
         let cancel = std::sync::atomic::AtomicBool::new(false);
         m.generate(
-            StreamRequest::new(&mut Session::new(&m.model), &prompt, &options, &cancel),
+            StreamRequest::new(Session::new(&m.model), &prompt, &options, &cancel),
             |_| {},
         )
         .unwrap_or_else(|e| panic!("{name}: {e}"));

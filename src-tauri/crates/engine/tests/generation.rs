@@ -131,7 +131,7 @@ fn limits_are_reported_not_silent() {
     };
     let usage = m
         .generate(
-            StreamRequest::new(&mut Session::new(&m.model), &prompt, &tight, &cancel),
+            StreamRequest::new(Session::new(&m.model), &prompt, &tight, &cancel),
             |_| {},
         )
         .unwrap();
@@ -144,7 +144,7 @@ fn limits_are_reported_not_silent() {
     };
     let error = m
         .generate(
-            StreamRequest::new(&mut Session::new(&m.model), &prompt, &too_small, &cancel),
+            StreamRequest::new(Session::new(&m.model), &prompt, &too_small, &cancel),
             |_| {},
         )
         .unwrap_err();
@@ -332,7 +332,7 @@ fn a_follow_up_about_an_image_reuses_its_features_and_its_cache() {
     // A new conversation about the same picture: prefilled again, but from cached features.
     let usage = m
         .generate(
-            StreamRequest::new(&mut Session::new(&m.model), &first, &greedy(2), &cancel),
+            StreamRequest::new(Session::new(&m.model), &first, &greedy(2), &cancel),
             |_| {},
         )
         .unwrap();
@@ -418,7 +418,7 @@ fn the_warm_up_after_loading_changes_no_answer() {
     let mut cold = Vec::new();
     let prompt = m.prompt(&messages, false, &[]).unwrap();
     m.generate(
-        StreamRequest::new(&mut Session::new(&m.model), &prompt, &greedy(10), &cancel),
+        StreamRequest::new(Session::new(&m.model), &prompt, &greedy(10), &cancel),
         |d| cold.extend(d.token),
     )
     .unwrap();
@@ -453,7 +453,7 @@ fn the_token_stream_hands_out_the_generators_ids_and_says_why_it_ended() {
     let usage = m
         .generate(
             StreamRequest::new(
-                &mut Session::new(&m.model),
+                Session::new(&m.model),
                 &prompt,
                 &greedy(8),
                 &AtomicBool::new(false),

@@ -457,7 +457,7 @@ fn a_drafter_that_does_not_fit_is_refused_with_the_reason_and_the_model_keeps_an
     let usage = m
         .generate(
             StreamRequest::new(
-                &mut Session::new(&m.model),
+                Session::new(&m.model),
                 &p,
                 &greedy(3),
                 &AtomicBool::new(false),

@@ -88,7 +88,7 @@ enum Mode<'a> {
     /// Pipelined decode: the next id's forward is dispatched before this one is read.
     Plain,
     /// Every draw masked by the grammar, which is fed each id read.
-    Constrained(Constraint),
+    Constrained(Box<Constraint>),
     /// Rounds of drafts verified in one forward (until drafting stops; then plain).
     Speculative(Box<speculative::Speculation<'a>>),
 }
@@ -200,7 +200,7 @@ impl<'a> TokenStream<'a> {
             last_hidden: None,
             media: !media.is_empty(),
             mode: match constraint {
-                Some(constraint) => Mode::Constrained(constraint),
+                Some(constraint) => Mode::Constrained(Box::new(constraint)),
                 None => Mode::Plain,
             },
             spec_stats: None,

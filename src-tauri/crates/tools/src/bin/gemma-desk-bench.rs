@@ -261,7 +261,7 @@ impl Bench {
         let cancel = AtomicBool::new(false);
         let mut first = None;
         loaded.generate(
-            StreamRequest::new(&mut Session::new(&loaded.model), prompt, &options, &cancel),
+            StreamRequest::new(Session::new(&loaded.model), prompt, &options, &cancel),
             |_| {
                 first.get_or_insert_with(|| start.elapsed().as_secs_f64());
             },
