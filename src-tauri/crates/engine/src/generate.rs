@@ -5,51 +5,14 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::constraint::Grammar;
 use crate::detokenize::{Detokenizer, Shown};
-use crate::sampler::SamplerConfig;
 use crate::speculative::SpeculativeStats;
 use crate::stream::{Prefill, StreamEnd, TokenStream};
 use crate::tokenizer::{SpecialTokens, Tokenizer};
 
-/// Errors of a generation.
-#[derive(Debug, thiserror::Error)]
-pub enum GenerateError {
-    #[error(transparent)]
-    Model(#[from] gemma::Error),
-    #[error(transparent)]
-    Sampler(#[from] crate::sampler::SamplerError),
-    #[error(transparent)]
-    Tokenizer(#[from] crate::tokenizer::TokenizerError),
-    #[error("MLX: {0}")]
-    Mlx(#[from] mlx_rs::error::Exception),
-    #[error("the prompt has {prompt} tokens, but the context window holds {context}")]
-    PromptTooLong { prompt: usize, context: usize },
-    #[error("the prompt is empty")]
-    EmptyPrompt,
-    /// A decode step shared by several answers failed (each of them ends with this).
-    #[error("a decode step shared with other answers failed: {0}")]
-    Batch(String),
-    #[error("reading a sampled token: {0}")]
-    Token(String),
-    #[error("the prompt has placeholders for {found} {kind} item(s) (or rows) but {expected} were given")]
-    MediaCount {
-        kind: crate::template::MediaKind,
-        expected: usize,
-        found: usize,
-    },
-    #[error("{0}")]
-    Image(String),
-    #[error("{0}")]
-    Audio(String),
-    /// The answer's grammar cannot be enforced (refused before anything is generated), or
-    /// its matcher failed.
-    #[error(transparent)]
-    Constraint(#[from] crate::constraint::ConstraintError),
-}
-
-/// Result of this module.
-pub type Result<T, E = GenerateError> = std::result::Result<T, E>;
+// Where callers have always found them; defined below this module, in `error` and `options`.
+pub use crate::error::{GenerateError, Result};
+pub use crate::options::GenerateOptions;
 
 /// Why generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -82,33 +45,6 @@ pub struct Usage {
     pub speculative: Option<SpeculativeStats>,
 }
 
-/// Limits and sampling of one generation.
-#[derive(Debug, Clone)]
-pub struct GenerateOptions {
-    pub sampler: SamplerConfig,
-    pub max_tokens: usize,
-    /// Positions the model may use in total (prompt + answer).
-    pub context_window: usize,
-    /// Prompt positions per prefill forward.
-    pub prefill_chunk: usize,
-    /// What the answer must follow (a JSON schema, any JSON object, a Lark grammar), enforced
-    /// while sampling; `None` leaves the model free, at no cost. Compiled per answer by
-    /// [`crate::worker::LoadedModel::token_stream`]; an answer under one never speculates.
-    pub constraint: Option<Grammar>,
-}
-
-impl Default for GenerateOptions {
-    fn default() -> Self {
-        Self {
-            sampler: SamplerConfig::default(),
-            max_tokens: 1024,
-            context_window: 32768,
-            prefill_chunk: 512,
-            constraint: None,
-        }
-    }
-}
-
 /// One streamed piece of the answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Delta {
@@ -126,21 +62,21 @@ pub fn generate(
     specials: &SpecialTokens,
     mut on_delta: impl FnMut(Delta),
 ) -> Result<Usage> {
-    let mut answer = Answer::new(&stream, tokenizer, specials);
+    let mut generation = Generation::new(&stream, tokenizer, specials);
     let stop = loop {
-        match answer.take(stream.next_token()?, stream.end())? {
+        match generation.take(stream.next_token()?, stream.end())? {
             Taken::Delta(delta) => on_delta(delta),
             Taken::Stop(stop) => break stop,
         }
     };
-    let (rest, usage) = answer.finish(stop, &stream)?;
+    let (rest, usage) = generation.finish(stop, &stream)?;
     if let Some(rest) = rest {
         on_delta(rest);
     }
     Ok(usage)
 }
 
-/// What [`Answer::take`] made of an id.
+/// What [`Generation::take`] made of an id.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Taken {
     /// A piece of the answer to stream.
@@ -152,7 +88,7 @@ pub enum Taken {
 /// One answer being generated, fed the ids of its stream one at a time: text, stop ids and
 /// usage. [`generate`] drives it from one stream; the engine thread drives several, stepped
 /// together (see [`crate::stream::next_tokens`]).
-pub struct Answer<'t> {
+pub struct Generation<'t> {
     tokenizer: &'t Tokenizer,
     specials: &'t SpecialTokens,
     shown: Shown,
@@ -163,7 +99,7 @@ pub struct Answer<'t> {
     generated: usize,
 }
 
-impl<'t> Answer<'t> {
+impl<'t> Generation<'t> {
     /// An answer to `stream`, whose prefill has run.
     pub fn new(
         stream: &TokenStream<'_>,

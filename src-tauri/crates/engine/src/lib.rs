@@ -3,17 +3,26 @@
 //! come from (`model-store`).
 
 pub mod audio;
+pub mod batch;
 pub mod checkpoint;
 pub mod constraint;
 pub mod detokenize;
+pub mod error;
+pub mod events;
 pub mod generate;
 pub mod image;
+pub mod loaded;
 pub mod media;
+pub mod options;
 pub mod output;
+pub mod policy;
+pub mod prompt;
 pub mod sampler;
-pub mod serve;
 pub mod speculative;
 pub mod stream;
 pub mod template;
 pub mod tokenizer;
 pub mod worker;
+
+/// Batching's former name, kept for callers outside this crate until they say `batch`.
+pub use batch as serve;

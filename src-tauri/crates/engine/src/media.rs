@@ -5,7 +5,7 @@ use gemma::{Mel, Model, Pixels};
 use mlx_rs::Array;
 
 use crate::audio::AudioClip;
-use crate::generate::{GenerateError, Result};
+use crate::error::{GenerateError, Result};
 use crate::image::Preprocessed;
 use crate::template::MediaKind;
 

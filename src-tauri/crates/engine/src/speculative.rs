@@ -1,11 +1,14 @@
-//! Speculative decoding's parts that know nothing of the stream: where drafts come from, which
-//! of the target's K/V the MTP drafter reads in a round, and the statistics (docs/SPECULATIVE.md).
-//! The round itself (draft → verify → accept → roll back) is [`crate::stream::TokenStream`]'s.
+//! Speculative decoding's parts that know nothing of the stream: where drafts come from (the
+//! [`Proposer`] trait, the MTP drafter's [`MtpProposer`]), which of the target's K/V the MTP
+//! drafter reads in a round, and the statistics (docs/SPECULATIVE.md). The round itself
+//! (draft → verify → accept → roll back) is the stream's speculative mode (`stream/speculative.rs`).
 
 use gemma::{DonorKv, Drafter, KvCache, Model};
+use mlx_rs::ops::concatenate;
+use mlx_rs::{Array, Dtype};
 use serde::Serialize;
 
-use crate::generate::Result;
+use crate::error::{GenerateError, Result};
 
 /// How a stream speculates.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,55 +33,76 @@ impl Default for SpeculativeOptions {
 }
 
 /// Accepted drafts per round below which drafting stops when nothing else is said (Metal's
-/// provisional figure). The engine uses the backend's own, `gemma::Tuning::min_drafts_accepted`.
+/// provisional figure). The engine uses the backend's own, [`crate::policy::Policy::min_drafts_accepted`].
 pub const DEFAULT_MIN_ACCEPTED: f32 = 1.0;
 
-/// Where a round's drafts come from.
-pub enum Proposer<'a> {
-    /// Gemma 4's MTP assistant drafter.
-    Mtp(&'a Drafter),
-    /// Drafts read from a known continuation, with misses placed on purpose: the tests' and
-    /// the bench's way to drive exact acceptance counts (random-weight drafters are almost
-    /// never right).
-    Script(Script),
-    /// The bench's controlled acceptance: the MTP drafter drafts and the round runs as ever,
-    /// but exactly this many drafts are taken as accepted whatever the model says. The answer
-    /// is then NOT the model's: for timing rounds at a given acceptance only (random-weight
-    /// drafters are never right, and on a GPU a verify's rows can move a random model's
-    /// near-ties, so a scripted continuation does not stay on track there).
-    Forced(&'a Drafter, usize),
+/// Where a round's drafts come from: the one seam of speculative decoding. The engine ships
+/// [`MtpProposer`] (Gemma 4's MTP assistant); tests and the bench implement their own (scripted
+/// drafts, forced acceptance) through this trait, outside the product.
+pub trait Proposer {
+    /// Whether it drafts for `model` (a stream refuses one that does not, and says why).
+    fn fits(&self, model: &Model) -> bool;
+
+    /// `n` drafts to follow `round.bonus`, as ids `[n]` (`uint32`; may be left unevaluated:
+    /// the verify evaluates them with its own forward).
+    fn draft(&mut self, round: &DraftRound<'_>, n: usize) -> Result<Array>;
+
+    /// Whether the draft at `pos` counts as the target's own id `target`. The model's answer
+    /// needs equality, the default; only a timing harness overrides it.
+    fn agrees(&self, pos: usize, drafted: u32, target: u32) -> bool {
+        let _ = pos;
+        drafted == target
+    }
 }
 
-/// A scripted proposer: round `r` proposes the continuation's next tokens, correct for the
-/// first `accepts[r % len]` drafts and wrong at the one after.
-#[derive(Debug, Clone)]
-pub struct Script {
-    /// The target's own answer (first generated id first), e.g. from a plain greedy run.
-    pub continuation: Vec<u32>,
-    /// Correct drafts per round, cycled.
-    pub accepts: Vec<usize>,
-    /// The vocabulary size (a wrong draft is the right one + 1, wrapped).
-    pub vocab: u32,
+/// What a proposer may read to draft one round.
+pub struct DraftRound<'r> {
+    pub model: &'r Model,
+    /// The target's caches, holding [`Self::positions`] positions.
+    pub caches: &'r [KvCache],
+    /// The last id handed out, not in the caches yet: the verify's first row.
+    pub bonus: u32,
+    /// The target's final-normed hidden state at the last cached position `[1, 1, hidden]`.
+    pub feature: &'r Array,
+    pub positions: usize,
+    /// Which positions of the sliding donor layer the MTP drafter sees (see [`sliding_view`]).
+    pub sliding: (usize, usize),
+    /// Rounds run before this one.
+    pub index: usize,
+    /// Ids of the answer handed out so far.
+    pub produced: usize,
 }
 
-impl Script {
-    /// `n` drafts for round `round`, after `produced` ids of the answer.
-    pub fn drafts(&self, round: usize, produced: usize, n: usize) -> Vec<u32> {
-        let right = self
-            .accepts
-            .get(round % self.accepts.len().max(1))
-            .copied()
-            .unwrap_or(0);
-        (0..n)
-            .map(|j| {
-                let truth = self.continuation.get(produced + j).copied().unwrap_or(0);
-                if j < right {
-                    truth
-                } else {
-                    (truth + 1) % self.vocab.max(2)
-                }
-            })
-            .collect()
+/// Gemma 4's MTP assistant drafter as a proposer: each draft one drafter step from the last,
+/// reading the target's donor K/V.
+pub struct MtpProposer<'a> {
+    pub drafter: &'a Drafter,
+}
+
+impl Proposer for MtpProposer<'_> {
+    fn fits(&self, model: &Model) -> bool {
+        gemma::Donors::of(model).is_ok_and(|donors| donors == self.drafter.donors())
+    }
+
+    fn draft(&mut self, round: &DraftRound<'_>, n: usize) -> Result<Array> {
+        let drafter = self.drafter;
+        let donor = donor_kv(round.caches, drafter, round.sliding, round.positions)?;
+        let mut token = Array::from_slice(&[round.bonus], &[1]);
+        let mut feature = round.feature.clone();
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (next, id) = drafter.step(
+                round.model,
+                &token,
+                &feature,
+                &donor,
+                round.positions.saturating_sub(1),
+            )?;
+            feature = next;
+            token = id.as_dtype(Dtype::Uint32)?;
+            out.push(token.clone());
+        }
+        Ok(concatenate(&out, 0)?)
     }
 }
 
@@ -158,56 +182,11 @@ pub fn donor_kv(
     let donors = drafter.donors();
     let cache = |slot: usize| {
         caches.get(slot).ok_or_else(|| {
-            crate::generate::GenerateError::Model(gemma::Error::Input(format!(
-                "no cache in slot {slot}"
-            )))
+            GenerateError::Model(gemma::Error::Input(format!("no cache in slot {slot}")))
         })
     };
     Ok(DonorKv {
         sliding: cache(donors.sliding)?.positions(view.0, view.1)?,
         full: cache(donors.full)?.positions(0, kv)?,
     })
-}
-
-/// The speculating half of a stream's state.
-pub(crate) struct Speculation<'a> {
-    pub proposer: Proposer<'a>,
-    pub options: SpeculativeOptions,
-    /// The target's final-normed hidden state at the last cached position `[1, 1, hidden]`.
-    pub feature: mlx_rs::Array,
-    /// The last id handed out, not yet in the caches (the next verify's first row).
-    pub bonus: Option<u32>,
-    pub first_round: bool,
-    pub media: bool,
-    pub dropped: bool,
-    pub stats: SpeculativeStats,
-}
-
-impl Speculation<'_> {
-    /// Why drafting should stop now, if it should.
-    pub fn should_stop(&self) -> Option<String> {
-        let min = self.options.min_accepted?;
-        let window = self.options.window.max(1);
-        let recent = &self.stats.accepted_per_round;
-        if recent.len() < window {
-            return None;
-        }
-        let last = &recent[recent.len() - window..];
-        let mean = last.iter().sum::<usize>() as f32 / window as f32;
-        (mean < min).then(|| {
-            format!(
-                "drafting stopped: {mean:.2} drafts accepted per round over the last {window} rounds (below {min})"
-            )
-        })
-    }
-}
-
-/// The model a proposer drafts for (to check a drafter against).
-pub fn proposer_fits(proposer: &Proposer<'_>, model: &Model) -> bool {
-    match proposer {
-        Proposer::Mtp(d) | Proposer::Forced(d, _) => {
-            gemma::Donors::of(model).is_ok_and(|donors| donors == d.donors())
-        }
-        Proposer::Script(s) => s.vocab as usize == model.config().text.vocab_size,
-    }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::{fixture, greedy, load_f32};
 use engine::audio::{prepare_samples, AudioClip, AudioLimits};
-use engine::stream::Session;
+use engine::stream::{Session, StreamRequest};
 use engine::template::{Message, Part, Role};
 use engine::worker::LoadedModel;
 
@@ -98,9 +98,10 @@ fn a_follow_up_about_a_clip_reuses_its_features_and_its_cache() {
         .prompt_with_tools(&messages, &[], false, &[], &clips)
         .unwrap();
     let mut answer = Vec::new();
-    m.generate(&mut session, &first, &greedy(6), &cancel, |d| {
-        answer.extend(d.token)
-    })
+    m.generate(
+        StreamRequest::new(&mut session, &first, &greedy(6), &cancel),
+        |d| answer.extend(d.token),
+    )
     .unwrap();
     assert_eq!(answer.len(), 6);
     assert_eq!(m.audio_tower_runs(), 1);
@@ -109,10 +110,7 @@ fn a_follow_up_about_a_clip_reuses_its_features_and_its_cache() {
     let mut again = Vec::new();
     let usage = m
         .generate(
-            &mut Session::new(&m.model),
-            &first,
-            &greedy(6),
-            &cancel,
+            StreamRequest::new(Session::new(&m.model), &first, &greedy(6), &cancel),
             |d| again.extend(d.token),
         )
         .unwrap();
@@ -129,7 +127,10 @@ fn a_follow_up_about_a_clip_reuses_its_features_and_its_cache() {
         .prompt_with_tools(&messages, &[], false, &[], &clips)
         .unwrap();
     let usage = m
-        .generate(&mut session, &second, &greedy(3), &cancel, |_| {})
+        .generate(
+            StreamRequest::new(&mut session, &second, &greedy(3), &cancel),
+            |_| {},
+        )
         .unwrap();
     assert_eq!(m.audio_tower_runs(), 1);
     let last = second.ids.iter().rposition(|&t| t == placeholder).unwrap();
@@ -181,10 +182,7 @@ fn the_clip_reaches_the_model() {
         let mut first = Vec::new();
         let cancel = AtomicBool::new(false);
         m.generate(
-            &mut Session::new(&m.model),
-            &prompt,
-            &greedy(1),
-            &cancel,
+            StreamRequest::new(Session::new(&m.model), &prompt, &greedy(1), &cancel),
             |d| first.extend(d.token),
         )
         .unwrap();
@@ -222,10 +220,7 @@ fn an_image_and_a_clip_in_one_message() {
     assert_eq!(runs(&prompt.ids, audio.placeholder), [clips[0].soft_tokens]);
     let usage = m
         .generate(
-            &mut Session::new(&m.model),
-            &prompt,
-            &greedy(4),
-            &cancel,
+            StreamRequest::new(Session::new(&m.model), &prompt, &greedy(4), &cancel),
             |_| {},
         )
         .unwrap();
@@ -245,10 +240,7 @@ fn a_model_without_an_audio_tower_refuses_a_clip_clearly() {
         .map_err(|e| e.to_string())
         .and_then(|prompt| {
             m.generate(
-                &mut Session::new(&m.model),
-                &prompt,
-                &greedy(2),
-                &cancel,
+                StreamRequest::new(Session::new(&m.model), &prompt, &greedy(2), &cancel),
                 |_| {},
             )
             .map_err(|e| e.to_string())

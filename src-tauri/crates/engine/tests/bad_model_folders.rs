@@ -889,7 +889,7 @@ fn the_undamaged_copy_loads() {
 #[test]
 fn tokenizer_configs_that_transformers_accepts_load_and_answer() {
     use engine::generate::GenerateOptions;
-    use engine::stream::Session;
+    use engine::stream::{Session, StreamRequest};
     use engine::template::{Message, Role};
     type Edit = fn(&mut Value);
     let cases: [(&str, Edit); 4] = [
@@ -928,10 +928,7 @@ fn tokenizer_configs_that_transformers_accepts_load_and_answer() {
         };
         let cancel = std::sync::atomic::AtomicBool::new(false);
         m.generate(
-            &mut Session::new(&m.model),
-            &prompt,
-            &options,
-            &cancel,
+            StreamRequest::new(Session::new(&m.model), &prompt, &options, &cancel),
             |_| {},
         )
         .unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -13,12 +13,12 @@ use common::{greedy, load_f32};
 use engine::generate::GenerateOptions;
 use engine::image::{preprocess_bytes, Preprocessed, SoftTokenBudget};
 use engine::sampler::SamplerConfig;
-use engine::stream::{next_tokens, Session, StreamEnd};
+use engine::stream::{next_tokens, Session, StreamEnd, StreamRequest};
 use engine::template::{Message, Part, Role};
 use engine::worker::{LoadedModel, Prompt};
 
 /// One answer of a batch: its prompt, options, and the step at which it starts.
-struct Row {
+struct PlannedAnswer {
     prompt: Prompt,
     options: GenerateOptions,
     joins_at: usize,
@@ -74,7 +74,12 @@ fn seeded(max_tokens: usize, seed: u64) -> GenerateOptions {
 fn solo(m: &LoadedModel, prompt: &Prompt, options: &GenerateOptions) -> Vec<u32> {
     let cancel = AtomicBool::new(false);
     let mut stream = m
-        .token_stream(Session::new(&m.model), prompt, options, &cancel)
+        .token_stream(StreamRequest::new(
+            Session::new(&m.model),
+            prompt,
+            options,
+            &cancel,
+        ))
         .unwrap();
     let mut ids = Vec::new();
     while let Some(id) = stream.next_token().unwrap() {
@@ -85,7 +90,7 @@ fn solo(m: &LoadedModel, prompt: &Prompt, options: &GenerateOptions) -> Vec<u32>
 
 /// The ids each row hands out when all are stepped together, and how each ended; also the
 /// most rows that shared one step.
-fn together(m: &LoadedModel, rows: &[Row]) -> (Vec<Vec<u32>>, Vec<StreamEnd>, usize) {
+fn together(m: &LoadedModel, rows: &[PlannedAnswer]) -> (Vec<Vec<u32>>, Vec<StreamEnd>, usize) {
     let flags: Vec<Arc<AtomicBool>> = rows.iter().map(|_| Arc::default()).collect();
     let mut ids: Vec<Vec<u32>> = vec![Vec::new(); rows.len()];
     let mut ends: Vec<Option<StreamEnd>> = vec![None; rows.len()];
@@ -97,12 +102,12 @@ fn together(m: &LoadedModel, rows: &[Row]) -> (Vec<Vec<u32>>, Vec<StreamEnd>, us
         for (i, row) in rows.iter().enumerate() {
             if row.joins_at == step {
                 let stream = m
-                    .token_stream(
+                    .token_stream(StreamRequest::new(
                         Session::new(&m.model),
                         &row.prompt,
                         &row.options,
                         flags[i].clone(),
-                    )
+                    ))
                     .unwrap();
                 running.push((i, stream));
             }
@@ -158,10 +163,10 @@ fn every_answer_alone(m: &LoadedModel) {
         "Translate 'good morning' into French, German, Spanish and Italian.",
         "Write a haiku.",
     ];
-    let mut rows: Vec<Row> = texts
+    let mut rows: Vec<PlannedAnswer> = texts
         .iter()
         .enumerate()
-        .map(|(k, text)| Row {
+        .map(|(k, text)| PlannedAnswer {
             prompt: text_prompt(m, text),
             // Greedy and seeded rows side by side; long enough to wrap the sliding window.
             options: if k.is_multiple_of(2) {
@@ -173,7 +178,7 @@ fn every_answer_alone(m: &LoadedModel) {
             stopped_at: None,
         })
         .collect();
-    rows.push(Row {
+    rows.push(PlannedAnswer {
         prompt: image_prompt(m, image),
         options: seeded(36, 99),
         joins_at: 2,
@@ -200,10 +205,10 @@ fn every_answer_alone(m: &LoadedModel) {
 #[test]
 fn stopping_one_of_four_leaves_the_others_as_they_are_alone() {
     let m = load_f32();
-    let rows: Vec<Row> = ["One", "Two things", "Three more things", "Four"]
+    let rows: Vec<PlannedAnswer> = ["One", "Two things", "Three more things", "Four"]
         .iter()
         .enumerate()
-        .map(|(k, text)| Row {
+        .map(|(k, text)| PlannedAnswer {
             prompt: text_prompt(&m, text),
             options: if k == 1 { seeded(30, 5) } else { greedy(30) },
             joins_at: k,

@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicBool;
 use engine::constraint::{ConstraintError, Grammar};
 use engine::generate::{GenerateError, GenerateOptions, StopReason, Usage};
 use engine::sampler::SamplerConfig;
-use engine::stream::Session;
+use engine::stream::{Session, StreamRequest};
 use engine::template::{Message, Role};
 use engine::worker::{EngineError, LoadedModel, Prompt};
 use serde_json::{json, Value};
@@ -29,10 +29,13 @@ fn answer(m: &LoadedModel, options: &GenerateOptions) -> (Vec<u32>, String, Usag
     let cancel = AtomicBool::new(false);
     let (mut ids, mut text) = (Vec::new(), String::new());
     let usage = m
-        .generate(&mut session, &prompt(m), options, &cancel, |d| {
-            ids.extend(d.token);
-            text.push_str(&d.text);
-        })
+        .generate(
+            StreamRequest::new(&mut session, &prompt(m), options, &cancel),
+            |d| {
+                ids.extend(d.token);
+                text.push_str(&d.text);
+            },
+        )
         .unwrap();
     (ids, text, usage)
 }
@@ -274,9 +277,10 @@ fn a_schema_that_cannot_be_enforced_is_refused_before_generating() {
         };
         let mut deltas = 0;
         let error = m
-            .generate(&mut session, &prompt(&m), &options, &cancel, |_| {
-                deltas += 1
-            })
+            .generate(
+                StreamRequest::new(&mut session, &prompt(&m), &options, &cancel),
+                |_| deltas += 1,
+            )
             .unwrap_err();
         assert!(
             matches!(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use engine::generate::{GenerateError, GenerateOptions, StopReason};
 use engine::sampler::SamplerConfig;
-use engine::stream::{Session, StreamEnd};
+use engine::stream::{Session, StreamEnd, StreamRequest};
 use engine::template::{Message, Role};
 use engine::worker::{ChatRequest, Engine, EngineError, Event, LoadedModel};
 use gemma::LoadOptions;
@@ -24,9 +24,10 @@ fn a_follow_up_turn_prefills_only_the_new_tokens() {
     let first = m.prompt(&messages, false, &[]).unwrap();
     let mut answer_ids = Vec::new();
     let usage = m
-        .generate(&mut session, &first, &greedy(12), &cancel, |d| {
-            answer_ids.extend(d.token)
-        })
+        .generate(
+            StreamRequest::new(&mut session, &first, &greedy(12), &cancel),
+            |d| answer_ids.extend(d.token),
+        )
         .unwrap();
     assert_eq!(usage.reused_tokens, 0);
     assert_eq!(usage.prompt_tokens, first.ids.len());
@@ -44,7 +45,10 @@ fn a_follow_up_turn_prefills_only_the_new_tokens() {
         first.ids.len()
     );
     let usage = m
-        .generate(&mut session, &second, &greedy(4), &cancel, |_| {})
+        .generate(
+            StreamRequest::new(&mut session, &second, &greedy(4), &cancel),
+            |_| {},
+        )
         .unwrap();
     assert_eq!(
         usage.reused_tokens, common,
@@ -72,8 +76,11 @@ fn reused_cache_gives_the_same_answer_as_a_fresh_one() {
         .prompt(&[Message::text(Role::User, "Bread?")], false, &[])
         .unwrap();
     let mut warm = Session::new(&m.model);
-    m.generate(&mut warm, &first, &greedy(40), &cancel, |_| {})
-        .unwrap();
+    m.generate(
+        StreamRequest::new(&mut warm, &first, &greedy(40), &cancel),
+        |_| {},
+    )
+    .unwrap();
     let messages = vec![
         Message::text(Role::User, "Bread?"),
         Message::text(Role::Assistant, "Flour and water."),
@@ -85,9 +92,10 @@ fn reused_cache_gives_the_same_answer_as_a_fresh_one() {
     let second = m.prompt(&messages, false, &[]).unwrap();
     let tokens = |session: &mut Session| {
         let mut ids = Vec::new();
-        m.generate(session, &second, &greedy(8), &cancel, |d| {
-            ids.extend(d.token)
-        })
+        m.generate(
+            StreamRequest::new(session, &second, &greedy(8), &cancel),
+            |d| ids.extend(d.token),
+        )
         .unwrap();
         ids
     };
@@ -106,7 +114,10 @@ fn limits_are_reported_not_silent() {
     let mut session = Session::new(&m.model);
     let mut count = 0;
     let usage = m
-        .generate(&mut session, &prompt, &greedy(3), &cancel, |_| count += 1)
+        .generate(
+            StreamRequest::new(&mut session, &prompt, &greedy(3), &cancel),
+            |_| count += 1,
+        )
         .unwrap();
     assert_eq!(
         (usage.generated_tokens, usage.stop_reason),
@@ -120,10 +131,7 @@ fn limits_are_reported_not_silent() {
     };
     let usage = m
         .generate(
-            &mut Session::new(&m.model),
-            &prompt,
-            &tight,
-            &cancel,
+            StreamRequest::new(Session::new(&m.model), &prompt, &tight, &cancel),
             |_| {},
         )
         .unwrap();
@@ -136,10 +144,7 @@ fn limits_are_reported_not_silent() {
     };
     let error = m
         .generate(
-            &mut Session::new(&m.model),
-            &prompt,
-            &too_small,
-            &cancel,
+            StreamRequest::new(Session::new(&m.model), &prompt, &too_small, &cancel),
             |_| {},
         )
         .unwrap_err();
@@ -293,9 +298,10 @@ fn a_follow_up_about_an_image_reuses_its_features_and_its_cache() {
         image.soft_tokens
     );
     let mut answer = Vec::new();
-    m.generate(&mut session, &first, &greedy(6), &cancel, |d| {
-        answer.extend(d.token)
-    })
+    m.generate(
+        StreamRequest::new(&mut session, &first, &greedy(6), &cancel),
+        |d| answer.extend(d.token),
+    )
     .unwrap();
     assert_eq!(m.vision_tower_runs(), 1);
 
@@ -307,7 +313,10 @@ fn a_follow_up_about_an_image_reuses_its_features_and_its_cache() {
     messages.push(Message::text(Role::User, "And the colours?"));
     let second = m.prompt(&messages, false, &images).unwrap();
     let usage = m
-        .generate(&mut session, &second, &greedy(3), &cancel, |_| {})
+        .generate(
+            StreamRequest::new(&mut session, &second, &greedy(3), &cancel),
+            |_| {},
+        )
         .unwrap();
     assert_eq!(
         m.vision_tower_runs(),
@@ -323,10 +332,7 @@ fn a_follow_up_about_an_image_reuses_its_features_and_its_cache() {
     // A new conversation about the same picture: prefilled again, but from cached features.
     let usage = m
         .generate(
-            &mut Session::new(&m.model),
-            &first,
-            &greedy(2),
-            &cancel,
+            StreamRequest::new(Session::new(&m.model), &first, &greedy(2), &cancel),
             |_| {},
         )
         .unwrap();
@@ -354,13 +360,15 @@ fn a_stop_during_prefill_ends_before_any_token() {
 
     let usage = m
         .generate(
-            &mut session,
-            &prompt,
-            &GenerateOptions {
-                prefill_chunk: 64,
-                ..greedy(8)
-            },
-            &cancel,
+            StreamRequest::new(
+                &mut session,
+                &prompt,
+                &GenerateOptions {
+                    prefill_chunk: 64,
+                    ..greedy(8)
+                },
+                &cancel,
+            ),
             |_| deltas += 1,
         )
         .unwrap();
@@ -410,10 +418,7 @@ fn the_warm_up_after_loading_changes_no_answer() {
     let mut cold = Vec::new();
     let prompt = m.prompt(&messages, false, &[]).unwrap();
     m.generate(
-        &mut Session::new(&m.model),
-        &prompt,
-        &greedy(10),
-        &cancel,
+        StreamRequest::new(Session::new(&m.model), &prompt, &greedy(10), &cancel),
         |d| cold.extend(d.token),
     )
     .unwrap();
@@ -447,10 +452,12 @@ fn the_token_stream_hands_out_the_generators_ids_and_says_why_it_ended() {
     let mut streamed = Vec::new();
     let usage = m
         .generate(
-            &mut Session::new(&m.model),
-            &prompt,
-            &greedy(8),
-            &AtomicBool::new(false),
+            StreamRequest::new(
+                Session::new(&m.model),
+                &prompt,
+                &greedy(8),
+                &AtomicBool::new(false),
+            ),
             |d| streamed.extend(d.token),
         )
         .unwrap();
@@ -459,7 +466,12 @@ fn the_token_stream_hands_out_the_generators_ids_and_says_why_it_ended() {
     let cancel = AtomicBool::new(false);
     let mut session = Session::new(&m.model);
     let mut stream = m
-        .token_stream(&mut session, &prompt, &greedy(8), &cancel)
+        .token_stream(StreamRequest::new(
+            &mut session,
+            &prompt,
+            &greedy(8),
+            &cancel,
+        ))
         .unwrap();
     let mut ids = Vec::new();
     while let Some(id) = stream.next_token().unwrap() {
@@ -473,6 +485,7 @@ fn the_token_stream_hands_out_the_generators_ids_and_says_why_it_ended() {
         streamed.len() + usize::from(usage.stop_reason == StopReason::EndOfTurn)
     );
     // The caches hold the prompt and every id but the last (never fed forward).
+    drop(stream);
     assert_eq!(
         session.tokens(),
         [prompt.ids.as_slice(), &ids[..7]].concat()
@@ -485,7 +498,7 @@ fn the_token_stream_hands_out_the_generators_ids_and_says_why_it_ended() {
     };
     let mut session = Session::new(&m.model);
     let mut stream = m
-        .token_stream(&mut session, &prompt, &tight, &cancel)
+        .token_stream(StreamRequest::new(&mut session, &prompt, &tight, &cancel))
         .unwrap();
     let mut count = 0;
     while stream.next_token().unwrap().is_some() {
@@ -496,7 +509,12 @@ fn the_token_stream_hands_out_the_generators_ids_and_says_why_it_ended() {
     // Cancelled after two ids: nothing more, and it says so.
     let mut session = Session::new(&m.model);
     let mut stream = m
-        .token_stream(&mut session, &prompt, &greedy(100), &cancel)
+        .token_stream(StreamRequest::new(
+            &mut session,
+            &prompt,
+            &greedy(100),
+            &cancel,
+        ))
         .unwrap();
     stream.next_token().unwrap().unwrap();
     stream.next_token().unwrap().unwrap();
@@ -515,10 +533,12 @@ fn greedy_answer(
     let (mut ids, mut text) = (Vec::new(), String::new());
     let usage = m
         .generate(
-            session,
-            prompt,
-            &greedy(max_tokens),
-            &AtomicBool::new(false),
+            StreamRequest::new(
+                session,
+                prompt,
+                &greedy(max_tokens),
+                &AtomicBool::new(false),
+            ),
             |d| {
                 ids.extend(d.token);
                 text.push_str(&d.text);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use engine::generate::{GenerateError, GenerateOptions, StopReason, Usage};
 use engine::sampler::SamplerConfig;
-use engine::stream::Session;
+use engine::stream::{Session, StreamRequest};
 use engine::template::{Message, Part, RenderOptions, Role};
 use engine::tokenizer::{CHANNEL_CLOSE, CHANNEL_OPEN};
 use engine::worker::{ChatRequest, Engine, EngineError, Event, LoadedModel};
@@ -48,10 +48,7 @@ fn answer_with_ids(
     let mut text = String::new();
     let mut ids = Vec::new();
     let usage = m.generate(
-        &mut session,
-        &prompt,
-        options,
-        &AtomicBool::new(false),
+        StreamRequest::new(&mut session, &prompt, options, &AtomicBool::new(false)),
         |d| {
             text.push_str(&d.text);
             ids.extend(d.token);

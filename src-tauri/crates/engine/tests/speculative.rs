@@ -10,13 +10,17 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::{fixture, greedy, load_f32};
+use engine::error::Result;
 use engine::generate::{generate, GenerateOptions, StopReason};
 use engine::sampler::SamplerConfig;
-use engine::speculative::{Proposer, Script, SpeculativeOptions, SpeculativeStats};
-use engine::stream::{Session, TokenStream};
+use engine::speculative::{
+    DraftRound, MtpProposer, Proposer, SpeculativeOptions, SpeculativeStats,
+};
+use engine::stream::{Drafting, Session, StreamRequest, TokenStream};
 use engine::template::{Message, Role};
 use engine::worker::{LoadedModel, Prompt};
-use gemma::Drafter;
+use gemma::{Drafter, Model};
+use mlx_rs::Array;
 
 /// The tiny drafter `make fixtures` writes next to the tiny target.
 fn drafter_dir() -> PathBuf {
@@ -34,20 +38,37 @@ fn prompt(m: &LoadedModel, text: &str) -> Prompt {
         .unwrap()
 }
 
+/// A stream answering `prompt`, drafting with `proposer` (`None`: plain).
+fn start<'a>(
+    m: &'a LoadedModel,
+    session: &'a mut Session,
+    prompt: &'a Prompt,
+    options: &'a GenerateOptions,
+    cancel: &'a AtomicBool,
+    proposer: Option<(Box<dyn Proposer + 'a>, SpeculativeOptions)>,
+) -> TokenStream<'a> {
+    let drafting = match proposer {
+        Some((proposer, spec)) => Drafting::With(proposer, spec),
+        None => Drafting::Off,
+    };
+    let speculates = matches!(drafting, Drafting::With(..));
+    let stream = m
+        .token_stream(StreamRequest::new(session, prompt, options, cancel).drafting(drafting))
+        .unwrap();
+    assert_eq!(stream.speculating(), speculates);
+    stream
+}
+
 /// Every id a stream hands out, until it ends, and the stream's speculation stats.
-fn drain(
-    m: &LoadedModel,
-    session: &mut Session,
-    prompt: &Prompt,
-    options: &GenerateOptions,
-    proposer: Option<(Proposer<'_>, SpeculativeOptions)>,
+fn drain<'a>(
+    m: &'a LoadedModel,
+    session: &'a mut Session,
+    prompt: &'a Prompt,
+    options: &'a GenerateOptions,
+    proposer: Option<(Box<dyn Proposer + 'a>, SpeculativeOptions)>,
 ) -> (Vec<u32>, Option<SpeculativeStats>) {
     let cancel = AtomicBool::new(false);
-    let mut stream =
-        TokenStream::start(&m.model, session, &prompt.ids, &mut [], options, &cancel).unwrap();
-    if let Some((proposer, spec)) = proposer {
-        assert!(stream.speculate(proposer, spec));
-    }
+    let mut stream = start(m, session, prompt, options, &cancel, proposer);
     let mut ids = Vec::new();
     while let Some(id) = stream.next_token().unwrap() {
         ids.push(id);
@@ -55,8 +76,49 @@ fn drain(
     (ids, stream.speculative_stats().cloned())
 }
 
-fn script(continuation: &[u32], accepts: &[usize]) -> Proposer<'static> {
-    Proposer::Script(Script {
+/// Drafts read from a known continuation, with misses placed on purpose: round `r` proposes
+/// the continuation's next tokens, correct for the first `accepts[r % len]` drafts and wrong
+/// at the one after (random-weight drafters are almost never right).
+struct Script {
+    /// The target's own answer (first generated id first), e.g. from a plain greedy run.
+    continuation: Vec<u32>,
+    /// Correct drafts per round, cycled.
+    accepts: Vec<usize>,
+    /// The vocabulary size (a wrong draft is the right one + 1, wrapped).
+    vocab: u32,
+}
+
+impl Proposer for Script {
+    fn fits(&self, model: &Model) -> bool {
+        self.vocab as usize == model.config().text.vocab_size
+    }
+
+    fn draft(&mut self, round: &DraftRound<'_>, n: usize) -> Result<Array> {
+        let right = self
+            .accepts
+            .get(round.index % self.accepts.len().max(1))
+            .copied()
+            .unwrap_or(0);
+        let ids: Vec<u32> = (0..n)
+            .map(|j| {
+                let truth = self
+                    .continuation
+                    .get(round.produced + j)
+                    .copied()
+                    .unwrap_or(0);
+                if j < right {
+                    truth
+                } else {
+                    (truth + 1) % self.vocab.max(2)
+                }
+            })
+            .collect();
+        Ok(Array::from_slice(&ids, &[n as i32]))
+    }
+}
+
+fn script(continuation: &[u32], accepts: &[usize]) -> Box<dyn Proposer> {
+    Box::new(Script {
         continuation: continuation.to_vec(),
         accepts: accepts.to_vec(),
         vocab: 1024,
@@ -171,9 +233,14 @@ fn the_budget_is_never_exceeded_and_a_full_context_ends_the_answer() {
     };
     let cancel = AtomicBool::new(false);
     let mut session = Session::new(&m.model);
-    let mut stream =
-        TokenStream::start(&m.model, &mut session, &p.ids, &mut [], &tight, &cancel).unwrap();
-    assert!(stream.speculate(script(&plain, &[3]), always(4)));
+    let stream = start(
+        &m,
+        &mut session,
+        &p,
+        &tight,
+        &cancel,
+        Some((script(&plain, &[3]), always(4))),
+    );
     let usage = generate(stream, &m.tokenizer, &m.specials, |_| {}).unwrap();
     assert_eq!(usage.stop_reason, StopReason::ContextFull);
     assert_eq!(usage.generated_tokens, 6);
@@ -192,16 +259,15 @@ fn an_end_of_turn_inside_an_accepted_run_ends_the_answer_there() {
     specials.eos.insert(stop);
     let cancel = AtomicBool::new(false);
     let mut session = Session::new(&m.model);
-    let mut stream = TokenStream::start(
-        &m.model,
+    let options = greedy(30);
+    let stream = start(
+        &m,
         &mut session,
-        &p.ids,
-        &mut [],
-        &greedy(30),
+        &p,
+        &options,
         &cancel,
-    )
-    .unwrap();
-    assert!(stream.speculate(script(&plain, &[3]), always(4)));
+        Some((script(&plain, &[3]), always(4))),
+    );
     let mut seen = Vec::new();
     let usage = generate(stream, &m.tokenizer, &specials, |d| seen.extend(d.token)).unwrap();
     assert_eq!(usage.stop_reason, StopReason::EndOfTurn);
@@ -220,16 +286,15 @@ fn a_stop_hands_out_nothing_more_even_from_a_round_already_checked() {
     let (plain, _) = drain(&m, &mut Session::new(&m.model), &p, &greedy(20), None);
     let cancel = AtomicBool::new(false);
     let mut session = Session::new(&m.model);
-    let mut stream = TokenStream::start(
-        &m.model,
+    let options = greedy(20);
+    let mut stream = start(
+        &m,
         &mut session,
-        &p.ids,
-        &mut [],
-        &greedy(20),
+        &p,
+        &options,
         &cancel,
-    )
-    .unwrap();
-    assert!(stream.speculate(script(&plain, &[3]), always(4)));
+        Some((script(&plain, &[3]), always(4))),
+    );
     // The first id, then a round of four: take two of them and stop.
     let mut got = Vec::new();
     for _ in 0..3 {
@@ -278,7 +343,7 @@ fn seeded_sampling_with_drafts_draws_exactly_the_plain_samples() {
             &mut Session::new(&m.model),
             &p,
             &options,
-            Some((Proposer::Mtp(&drafter), always(4))),
+            Some((Box::new(MtpProposer { drafter: &drafter }), always(4))),
         );
         assert_eq!(ids, plain, "seed {seed}, MTP drafter");
     }
@@ -293,7 +358,9 @@ fn the_mtp_drafter_is_lossless_in_a_chat_and_stops_drafting_when_it_does_not_pay
         let p = m.prompt(messages, false, &[]).unwrap();
         let mut ids = Vec::new();
         let usage = m
-            .generate(session, &p, &greedy(48), &cancel, |d| ids.extend(d.token))
+            .generate(StreamRequest::new(session, &p, &greedy(48), &cancel), |d| {
+                ids.extend(d.token)
+            })
             .unwrap();
         (ids, usage)
     };
@@ -389,10 +456,12 @@ fn a_drafter_that_does_not_fit_is_refused_with_the_reason_and_the_model_keeps_an
     let p = prompt(&m, "Hi");
     let usage = m
         .generate(
-            &mut Session::new(&m.model),
-            &p,
-            &greedy(3),
-            &AtomicBool::new(false),
+            StreamRequest::new(
+                Session::new(&m.model),
+                &p,
+                &greedy(3),
+                &AtomicBool::new(false),
+            ),
             |_| {},
         )
         .unwrap();

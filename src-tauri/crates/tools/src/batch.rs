@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use engine::generate::GenerateOptions;
 use engine::sampler::SamplerConfig;
-use engine::stream::{next_tokens, Session};
+use engine::stream::{next_tokens, Session, StreamRequest};
 use engine::template::{Message, Role};
 use engine::worker::{ChatRequest, Engine, Event, LoadedModel, Prompt};
 use gemma::LoadOptions;
@@ -116,12 +116,12 @@ fn decode_together(m: &LoadedModel, prompts: &[Vec<u32>], decode: usize) -> Resu
     let mut streams = prompts
         .iter()
         .map(|ids| {
-            m.token_stream(
+            m.token_stream(StreamRequest::new(
                 Session::new(&m.model),
                 &Prompt::from_ids(ids.clone()),
                 &options,
                 &cancel,
-            )
+            ))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut live: Vec<_> = streams.iter_mut().collect();

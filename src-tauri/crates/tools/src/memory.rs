@@ -4,7 +4,7 @@
 //! the loaded model holds in MLX memory), the KV caches of one conversation at 4k, 32k and 128k
 //! positions (in the activation dtype, and stored with 8 and 4 KV bits), and MLX's active and
 //! peak bytes and the process's resident set after loading and after a prefill through the
-//! engine's own path (`TokenStream::start`: chunked as the app chunks, logits of the last row
+//! engine's own path (`LoadedModel::token_stream`: chunked as the app chunks, logits of the last row
 //! only). `bench/memory.py` runs it beside mlx-vlm and prints the table.
 
 use std::path::Path;
@@ -15,7 +15,9 @@ use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
 use engine::generate::GenerateOptions;
-use engine::stream::{Session, TokenStream};
+use engine::loaded::LoadedModel;
+use engine::prompt::Prompt;
+use engine::stream::{Session, StreamRequest};
 use gemma::config::AttentionKind;
 use gemma::memory::{counters, process_rss, release_cache, reset_peak};
 use gemma::{LoadOptions, Model};
@@ -137,7 +139,9 @@ pub fn run(
     reset_peak()?;
     let before = snapshot()?;
     let started = Instant::now();
-    let model = Model::load(dir, options).with_context(|| format!("loading {}", dir.display()))?;
+    let loaded =
+        LoadedModel::load(dir, options).with_context(|| format!("loading {}", dir.display()))?;
+    let model = &loaded.model;
     let load_s = started.elapsed().as_secs_f64();
     let after_load = snapshot()?;
     let ple = model.ple_table();
@@ -189,8 +193,13 @@ pub fn run(
         let mut session = Session::new(&model);
         let started = Instant::now();
         let cancel = AtomicBool::new(false);
-        let mut stream =
-            TokenStream::start(&model, &mut session, &ids, &mut [], &generate, &cancel)?;
+        let prompt = Prompt::from_ids(ids);
+        let mut stream = loaded.token_stream(StreamRequest::new(
+            &mut session,
+            &prompt,
+            &generate,
+            &cancel,
+        ))?;
         let first = stream.next_token()?;
         let secs = started.elapsed().as_secs_f64();
         let during = snapshot()?;

@@ -20,13 +20,13 @@ use serde_json::json;
 use engine::generate::GenerateOptions;
 use engine::image::{preprocess_path, SoftTokenBudget};
 use engine::sampler::{Sampler, SamplerConfig};
-use engine::speculative::{Proposer, SpeculativeOptions};
-use engine::stream::{eval_with_caches, Session, TokenStream};
+use engine::stream::{eval_with_caches, Session, StreamRequest};
 use engine::template::{Message, Part, Role};
 use engine::worker::{LoadedModel, Prompt};
 use gemma::tuning::{DecodeAttention, DenseFrom as DenseFromRows};
 use gemma::{LoadOptions, Tuning};
 use mlx_rs::{Array, Dtype};
+use tools::mlx_probe::{graph_kinds, median, mlx_clear_cache, mlx_peak_bytes, with_caches};
 use tools::phase;
 
 #[derive(Parser)]
@@ -216,14 +216,15 @@ impl Bench {
             reused: 0,
         };
         let prompt = Prompt::from_ids(ids.to_vec());
-        let usage = self
-            .loaded
-            .generate(session, &prompt, &options, &cancel, |delta| {
+        let usage = self.loaded.generate(
+            StreamRequest::new(session, &prompt, &options, &cancel),
+            |delta| {
                 if let Some(id) = delta.token {
                     timed.times.push(start.elapsed().as_secs_f64());
                     timed.ids.push(id);
                 }
-            })?;
+            },
+        )?;
         timed.reused = usage.reused_tokens;
         Ok(timed)
     }
@@ -231,8 +232,8 @@ impl Bench {
     /// From the request (question text + image path) to the first token, the vision tower
     /// included (no features cached from an earlier call).
     fn image_ttft(&self, case: &ImageCase) -> Result<(f64, usize)> {
-        let m = &self.loaded;
-        m.forget_media_features();
+        let loaded = &self.loaded;
+        loaded.forget_media_features();
         let start = Instant::now();
         let budget = SoftTokenBudget::try_from(case.budget)?;
         let image = Arc::new(preprocess_path(&case.path, budget)?);
@@ -245,24 +246,21 @@ impl Bench {
                 },
             ],
         )];
-        let prompt = m.prompt(&messages, false, &[image])?;
+        let prompt = loaded.prompt(&messages, false, &[image])?;
         Ok((self.first_token(&prompt, start)?, prompt.ids.len()))
     }
 
     /// Seconds from `start` to the first token answering `prompt` in a new session.
     fn first_token(&self, prompt: &Prompt, start: Instant) -> Result<f64> {
-        let m = &self.loaded;
+        let loaded = &self.loaded;
         let options = GenerateOptions {
             max_tokens: 1,
             ..self.options.clone()
         };
         let cancel = AtomicBool::new(false);
         let mut first = None;
-        m.generate(
-            &mut Session::new(&m.model),
-            prompt,
-            &options,
-            &cancel,
+        loaded.generate(
+            StreamRequest::new(Session::new(&loaded.model), prompt, &options, &cancel),
             |_| {
                 first.get_or_insert_with(|| start.elapsed().as_secs_f64());
             },
@@ -275,8 +273,8 @@ impl Bench {
     /// Returns the time to the first token, the prompt's length and the part of the time spent
     /// reading and featurizing the file (on the CPU).
     fn audio_ttft(&self, question: &str, path: &Path) -> Result<(f64, usize, f64)> {
-        let m = &self.loaded;
-        m.forget_media_features();
+        let loaded = &self.loaded;
+        loaded.forget_media_features();
         let start = Instant::now();
         let clips =
             engine::audio::prepare_path(path, &engine::audio::AudioLimits::default())?.clips;
@@ -286,7 +284,7 @@ impl Bench {
         }];
         parts.extend(clips.iter().map(|_| Part::Audio));
         let messages = [Message::new(Role::User, parts)];
-        let prompt = m.prompt_with_tools(&messages, &[], false, &[], &clips)?;
+        let prompt = loaded.prompt_with_tools(&messages, &[], false, &[], &clips)?;
         Ok((
             self.first_token(&prompt, start)?,
             prompt.ids.len(),
@@ -298,15 +296,16 @@ impl Bench {
     /// dispatching it (`async_eval`: MLX encodes every primitive on this thread), and waiting
     /// for the previous token while the device works — read from the app's own token stream.
     fn decode_profile(&self, prompt: &[u32], steps: usize) -> Result<serde_json::Value> {
-        let m = &self.loaded;
+        let loaded = &self.loaded;
         let options = GenerateOptions {
             max_tokens: steps + 1,
             ..self.options.clone()
         };
         let cancel = AtomicBool::new(false);
-        let mut session = Session::new(&m.model);
+        let mut session = Session::new(&loaded.model);
         let prompt = Prompt::from_ids(prompt.to_vec());
-        let mut stream = m.token_stream(&mut session, &prompt, &options, &cancel)?;
+        let mut stream =
+            loaded.token_stream(StreamRequest::new(&mut session, &prompt, &options, &cancel))?;
         let (mut build, mut dispatch, mut wait) = (Vec::new(), Vec::new(), Vec::new());
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         let start = Instant::now();
@@ -460,36 +459,6 @@ fn step_graph(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::Value>
     graph_kinds(&with_caches(&caches, [&next]))
 }
 
-/// What evaluating a step means: its `outputs` and the caches it wrote.
-fn with_caches<'a>(
-    caches: &'a [gemma::KvCache],
-    outputs: impl IntoIterator<Item = &'a Array>,
-) -> Vec<&'a Array> {
-    let mut all: Vec<&Array> = caches.iter().flat_map(|c| c.arrays()).collect();
-    all.extend(outputs);
-    all
-}
-
-/// The primitives MLX would evaluate for `outputs`, by kind, read from MLX's DOT export.
-fn graph_kinds(outputs: &[&Array]) -> Result<serde_json::Value> {
-    let dot = std::env::temp_dir().join(format!("gemma-bench-{}.dot", std::process::id()));
-    export_to_dot(&dot, outputs)?;
-    let text = std::fs::read_to_string(&dot)?;
-    let _ = std::fs::remove_file(&dot);
-    let mut kinds = std::collections::BTreeMap::<String, usize>::new();
-    for line in text.lines().filter(|l| l.contains("shape=rectangle")) {
-        if let Some(label) = line
-            .split("label =\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-        {
-            *kinds.entry(label.to_string()).or_default() += 1;
-        }
-    }
-    let total: usize = kinds.values().sum();
-    Ok(json!({ "primitives": total, "kinds": kinds }))
-}
-
 /// What a decode step costs after MLX's compile cache is cleared against the steps after it
 /// (milliseconds, the step and its greedy token evaluated): MLX's own first-use work (its
 /// compiled elementwise chains traced again), then the median of 7 more steps.
@@ -514,36 +483,6 @@ fn first_step_cost(model: &gemma::Model, prompt: &[u32]) -> Result<serde_json::V
     Ok(json!({ "first_ms": first, "replay_ms": median(&mut replays) }))
 }
 
-fn export_to_dot(path: &Path, outputs: &[&Array]) -> Result<()> {
-    extern "C" {
-        fn fopen(
-            path: *const std::ffi::c_char,
-            mode: *const std::ffi::c_char,
-        ) -> *mut mlx_sys::FILE;
-        fn fclose(file: *mut mlx_sys::FILE) -> std::ffi::c_int;
-    }
-    let c_path = std::ffi::CString::new(path.to_string_lossy().as_bytes())?;
-    let handles: Vec<mlx_sys::mlx_array> = outputs.iter().map(|a| a.as_ptr()).collect();
-    // SAFETY: the file and vector are created, used and freed here; the arrays outlive the call.
-    unsafe {
-        let file = fopen(c_path.as_ptr(), c"w".as_ptr());
-        anyhow::ensure!(!file.is_null(), "cannot write {}", path.display());
-        let vector = mlx_sys::mlx_vector_array_new_data(handles.as_ptr(), handles.len());
-        let namer = mlx_sys::mlx_node_namer_new();
-        let status = mlx_sys::mlx_export_to_dot(file, namer, vector);
-        mlx_sys::mlx_node_namer_free(namer);
-        mlx_sys::mlx_vector_array_free(vector);
-        fclose(file);
-        anyhow::ensure!(status == 0, "MLX could not export the graph");
-    }
-    Ok(())
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 fn load(dir: &Path, options: &LoadOptions) -> Result<(LoadedModel, f64)> {
     let start = Instant::now();
     let loaded =
@@ -563,18 +502,6 @@ fn peak_rss_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-fn mlx_peak_bytes() -> u64 {
-    let mut bytes: usize = 0;
-    // SAFETY: writes one size_t through a valid pointer.
-    unsafe { mlx_sys::mlx_get_peak_memory(&mut bytes) };
-    bytes as u64
-}
-
-fn mlx_clear_cache() {
-    // SAFETY: no arguments; frees MLX's unused buffer cache.
-    unsafe { mlx_sys::mlx_clear_cache() };
-}
-
 /// The engine's tuning for this backend with the command line's overrides: every mode (the
 /// plan, `--batch`, `--api-overhead`) loads with it, so that an A/B flag changes what it names.
 fn tuning_from(cli: &Cli) -> Tuning {
@@ -590,9 +517,6 @@ fn tuning_from(cli: &Cli) -> Tuning {
             DecodeAttentionArg::GroupedRows => DecodeAttention::GroupedRows,
             DecodeAttentionArg::HeadScores => DecodeAttention::HeadScores,
         };
-    }
-    if let Some(history) = cli.warm_up_history {
-        tuning.warm_up_history = history;
     }
     if cli.rows_each {
         tuning.batched_rows = false;
@@ -663,6 +587,9 @@ fn main() -> Result<()> {
     drop(cold);
     mlx_clear_cache();
     let (mut loaded, load_warm) = load(&plan.model, &options)?;
+    if let Some(history) = cli.warm_up_history {
+        loaded.policy.warm_up_history = history;
+    }
     // What the app's engine thread does right after it replies to a load (the app is usable
     // meanwhile): timed apart from the load, which mlx-vlm has no counterpart of.
     let warm_up_history = loaded.warm_up_history();
@@ -688,7 +615,8 @@ fn main() -> Result<()> {
     let dtype_name = format!("{:?}", bench.loaded.model.dtype()).to_lowercase();
 
     if let Some(dir) = &cli.mtp {
-        let result = mtp_bench(&bench, dir, &plan, cli.mtp_block)?;
+        let decode = (plan.decode.ids.as_slice(), plan.decode.tokens);
+        let result = tools::mtp::run(&bench.loaded, &bench.options, dir, decode, cli.mtp_block)?;
         println!("{result}");
         return Ok(());
     }
@@ -807,218 +735,4 @@ fn main() -> Result<()> {
     });
     println!("{result}");
     Ok(())
-}
-
-/// Speculative decoding against plain decoding, on the plan's decode prompt (greedy, no end of
-/// sequence): what one round's parts cost next to a plain step, decode speed with the drafter's
-/// acceptance forced to exactly 1, 2 or 3 drafts per round (the drafter and the model run as
-/// ever; only the comparison is overridden), with every draft rejected (drafting kept on,
-/// and with its stopping rule), and the memory the drafter adds. Whether each speculative
-/// answer equals the plain one is reported (on a GPU a verify's several rows can move a
-/// near-tie; the tests check equality on the CPU).
-fn mtp_bench(bench: &Bench, dir: &Path, plan: &Plan, block: usize) -> Result<serde_json::Value> {
-    let m = &bench.loaded;
-    let model = &m.model;
-    let before = mlx_active_bytes();
-    let load_start = Instant::now();
-    let drafter = gemma::Drafter::load(dir, model)
-        .with_context(|| format!("loading the drafter {}", dir.display()))?;
-    let drafter_load_s = load_start.elapsed().as_secs_f64();
-    let drafter_bytes = mlx_active_bytes().saturating_sub(before);
-    let prompt = &plan.decode.ids;
-    let tokens = plan.decode.tokens;
-    let options = GenerateOptions {
-        max_tokens: tokens,
-        ..bench.options.clone()
-    };
-
-    // One decode run: ids, seconds from the first id to the last, stats, and MLX's peak bytes
-    // while decoding (the peak is reset once the prompt is prefilled: prefill's transients are
-    // the same with and without a drafter).
-    let run = |proposer: Option<(Proposer<'_>, SpeculativeOptions)>| -> Result<(
-        Vec<u32>,
-        f64,
-        Option<engine::speculative::SpeculativeStats>,
-        u64,
-    )> {
-        mlx_clear_cache();
-        let cancel = AtomicBool::new(false);
-        let mut session = Session::new(model);
-        let mut stream =
-            TokenStream::start(model, &mut session, prompt, &mut [], &options, &cancel)?;
-        if let Some((p, o)) = proposer {
-            stream.speculate(p, o);
-        }
-        reset_peak();
-        let mut ids = Vec::new();
-        let mut first = None;
-        while let Some(id) = stream.next_token()? {
-            first.get_or_insert_with(Instant::now);
-            ids.push(id);
-        }
-        let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
-        Ok((
-            ids,
-            secs,
-            stream.speculative_stats().cloned(),
-            mlx_peak_bytes(),
-        ))
-    };
-    let always = SpeculativeOptions {
-        block_size: block,
-        min_accepted: None,
-        ..SpeculativeOptions::default()
-    };
-    let rate = |ids: &[u32], secs: f64| (ids.len().saturating_sub(1)) as f64 / secs.max(1e-9);
-
-    phase("mtp-warm-up");
-    run(None)?;
-    let (plain, plain_s, _, plain_peak) = run(None)?;
-    run(Some((Proposer::Forced(&drafter, 1), always.clone())))?; // the round's shapes, once
-    let mut controlled = Vec::new();
-    let mut spec_peak = 0;
-    for accepts in 1..block {
-        phase(&format!("mtp-accept-{accepts}"));
-        let (ids, secs, stats, peak) =
-            run(Some((Proposer::Forced(&drafter, accepts), always.clone())))?;
-        spec_peak = spec_peak.max(peak);
-        let stats = stats.context("no stats")?;
-        controlled.push(json!({
-            "accepted_per_round": accepts,
-            "tokens_per_round": stats.tokens_per_round(),
-            "tok_s": rate(&ids, secs),
-        }));
-    }
-    phase("mtp-rejected");
-    let (ids, secs, stats, _) = run(Some((Proposer::Mtp(&drafter), always.clone())))?;
-    let rejected_same = ids == plain;
-    let rejected_accepted = stats.map_or(0, |s| s.accepted);
-    let rejected = rate(&ids, secs);
-    let default_options = SpeculativeOptions {
-        block_size: block,
-        min_accepted: Some(model.tuning().min_drafts_accepted),
-        ..SpeculativeOptions::default()
-    };
-    let (ids, secs, stats, _) = run(Some((Proposer::Mtp(&drafter), default_options)))?;
-    let stopped = stats.and_then(|s| s.stopped);
-    let rejected_with_stop = rate(&ids, secs);
-    let _ = ids;
-
-    phase("mtp-round-parts");
-    let parts = round_parts(model, &drafter, prompt, block)?;
-    Ok(json!({
-        "mtp": {
-            "block_size": block,
-            "prompt_tokens": prompt.len(),
-            "tokens": plain.len(),
-            "drafter_load_s": drafter_load_s,
-            "drafter_bytes": drafter_bytes,
-            "drafter_parameters": drafter.parameter_count(),
-            "plain_tok_s": rate(&plain, plain_s),
-            "controlled": controlled,
-            "rejected_tok_s": rejected,
-            "rejected_accepted": rejected_accepted,
-            "rejected_same_answer": rejected_same,
-            "rejected_with_stop_tok_s": rejected_with_stop,
-            "stopped": stopped,
-            "plain_peak_bytes": plain_peak,
-            "spec_peak_bytes": spec_peak,
-            "parts": parts,
-        }
-    }))
-}
-
-/// Median milliseconds, from the cached state after the prompt, of: one plain decode step (a
-/// forward of 1 row and its argmax, evaluated), a verify of `block` rows, and a draft block of
-/// `block − 1` drafter steps; and the MLX primitives of the step and of the verify.
-fn round_parts(
-    model: &gemma::Model,
-    drafter: &gemma::Drafter,
-    prompt: &[u32],
-    block: usize,
-) -> Result<serde_json::Value> {
-    use mlx_rs::ops::indexing::argmax_axis;
-    let mut caches = model.new_caches();
-    let (hidden, logits) = model.forward_with_hidden(prompt, &[], &mut caches, Some(1))?;
-    eval_with_caches(&caches, &logits)?;
-    let kv = prompt.len();
-    let feature = hidden.reshape(&[1, 1, -1])?;
-    let ids: Vec<u32> = (0..block as u32).map(|i| 10 + i).collect();
-    let reps = 21;
-    let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
-        f()?;
-        let mut ms = Vec::new();
-        for _ in 0..reps {
-            let t0 = Instant::now();
-            f()?;
-            ms.push(t0.elapsed().as_secs_f64() * 1e3);
-        }
-        Ok(median(&mut ms))
-    };
-    // Each one's primitives, from its first call; each part under its own phase, so that a
-    // traced run (bench/cuda/apitrace.c) tells a step's, a verify's and a draft block's host
-    // and GPU time apart (22 calls each).
-    let mut step_graph = None;
-    phase("parts-step");
-    let step = time(&mut || {
-        let mut c = caches.clone();
-        let logits = model.forward_array(&Array::from_slice(&ids[..1], &[1]), &mut c, None)?;
-        let y = argmax_axis(&logits, -1, None)?;
-        let outs = with_caches(&c, [&y]);
-        if step_graph.is_none() {
-            step_graph = Some(graph_kinds(&outs)?);
-        }
-        mlx_rs::transforms::eval(outs)?;
-        Ok(())
-    })?;
-    let mut verify_graph = None;
-    phase("parts-verify");
-    let verify = time(&mut || {
-        let mut c = caches.clone();
-        let (h, logits) =
-            model.forward_array_with_hidden(&Array::from_slice(&ids, &[block as i32]), &mut c)?;
-        let y = argmax_axis(&logits, -1, None)?;
-        let outs = with_caches(&c, [&y, &h]);
-        if verify_graph.is_none() {
-            verify_graph = Some(graph_kinds(&outs)?);
-        }
-        mlx_rs::transforms::eval(outs)?;
-        Ok(())
-    })?;
-    let window = model.config().text.sliding_window;
-    let view = engine::speculative::sliding_view(kv, window, false, false, true);
-    phase("parts-draft");
-    let draft = time(&mut || {
-        let donor = engine::speculative::donor_kv(&caches, drafter, view, kv)?;
-        let mut token = Array::from_slice(&ids[..1], &[1]);
-        let mut f = feature.clone();
-        let mut out = Vec::new();
-        for _ in 1..block {
-            let (next, id) = drafter.step(model, &token, &f, &donor, kv - 1)?;
-            f = next;
-            token = id;
-            out.push(token.clone());
-        }
-        mlx_rs::transforms::eval(out.iter().collect::<Vec<_>>())?;
-        Ok(())
-    })?;
-    Ok(json!({
-        "step_ms": step,
-        "verify_ms": verify,
-        "draft_block_ms": draft,
-        "step_graph": step_graph,
-        "verify_graph": verify_graph,
-    }))
-}
-
-fn mlx_active_bytes() -> u64 {
-    let mut bytes: usize = 0;
-    // SAFETY: writes one size_t through a valid pointer.
-    unsafe { mlx_sys::mlx_get_active_memory(&mut bytes) };
-    bytes as u64
-}
-
-fn reset_peak() {
-    // SAFETY: no arguments.
-    unsafe { mlx_sys::mlx_reset_peak_memory() };
 }

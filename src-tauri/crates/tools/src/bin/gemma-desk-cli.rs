@@ -14,7 +14,7 @@ use engine::image::{preprocess_path, SoftTokenBudget};
 use engine::media::FeatureCache;
 use engine::sampler::SamplerConfig;
 use engine::speculative::SpeculativeOptions;
-use engine::stream::{placeholder_runs, Session};
+use engine::stream::{placeholder_runs, Session, StreamRequest};
 use engine::template::{Message, Part, Role};
 use engine::worker::LoadedModel;
 use gemma::{LoadOptions, MediaFeatures, Model};
@@ -268,7 +268,7 @@ fn load_chat(dir: &Path, sampling: &SamplingArgs) -> Result<(LoadedModel, Genera
     let mut loaded = loaded;
     if let Some(draft) = &sampling.draft_model {
         let mut speculative = SpeculativeOptions {
-            min_accepted: Some(loaded.model.tuning().min_drafts_accepted),
+            min_accepted: Some(loaded.policy.min_drafts_accepted),
             ..SpeculativeOptions::default()
         };
         if let Some(n) = sampling.draft_block_size {
@@ -337,19 +337,22 @@ fn generate_once(
     let mut session = Session::new(&m.model);
     let cancel = AtomicBool::new(false);
     let mut out = std::io::stdout().lock();
-    let usage = m.generate(&mut session, &prompt, &options, &cancel, |d| {
-        let line = if json {
-            let record = match d.token {
-                Some(token) => serde_json::json!({ "token": token, "text": d.text }),
-                None => serde_json::json!({ "text": d.text }),
+    let usage = m.generate(
+        StreamRequest::new(&mut session, &prompt, &options, &cancel),
+        |d| {
+            let line = if json {
+                let record = match d.token {
+                    Some(token) => serde_json::json!({ "token": token, "text": d.text }),
+                    None => serde_json::json!({ "text": d.text }),
+                };
+                format!("{record}\n")
+            } else {
+                d.text
             };
-            format!("{record}\n")
-        } else {
-            d.text
-        };
-        let _ = out.write_all(line.as_bytes());
-        let _ = out.flush();
-    })?;
+            let _ = out.write_all(line.as_bytes());
+            let _ = out.flush();
+        },
+    )?;
     if json {
         writeln!(out, "{}", serde_json::json!({ "usage": usage }))?;
     } else {
@@ -423,12 +426,15 @@ fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<(
         let mut ids = Vec::new();
         cancel.store(false, Ordering::SeqCst);
         answering.store(true, Ordering::SeqCst);
-        let usage = m.generate(&mut session, &prompt, &options, &cancel, |d| {
-            print!("{}", d.text);
-            let _ = std::io::stdout().flush();
-            answer.push_str(&d.text);
-            ids.extend(d.token);
-        });
+        let usage = m.generate(
+            StreamRequest::new(&mut session, &prompt, &options, &cancel),
+            |d| {
+                print!("{}", d.text);
+                let _ = std::io::stdout().flush();
+                answer.push_str(&d.text);
+                ids.extend(d.token);
+            },
+        );
         answering.store(false, Ordering::SeqCst);
         let usage = usage?;
         println!();

@@ -1,4 +1,4 @@
-//! The engine thread's answers, several at once (continuous batching). Answers join and leave
+//! Batching: the engine thread's answers, several at once (continuous batching). Answers join and leave
 //! between decode steps; every plain decode step of the answers running is one forward of the
 //! model ([`next_tokens`]), each row sampled by its own sampler, so every answer is the one it
 //! would be alone. A new answer's prompt is prefilled in chunks, and between two chunks the
@@ -13,11 +13,15 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use crate::generate::{Answer, Taken};
+use crate::error::EngineError;
+use crate::events::{ChatRequest, Event};
+use crate::generate::{Generation, Taken};
+use crate::loaded::LoadedModel;
 use crate::output::Markers;
-use crate::stream::{next_tokens, shared_prefix, PrefillProgress, Session, TokenStream};
+use crate::stream::{
+    next_tokens, shared_prefix, PrefillProgress, Session, StreamRequest, TokenStream,
+};
 use crate::template::{Message, Part, Role};
-use crate::worker::{ChatRequest, EngineError, Event, LoadedModel};
 
 /// Answers at once unless set otherwise ([`crate::worker::Engine::set_parallel`]).
 pub const DEFAULT_PARALLEL: usize = 4;
@@ -65,7 +69,7 @@ impl Sessions {
     }
 
     /// The session `conversation` continues with `prompt`.
-    fn take(&mut self, conversation: &str, prompt: &[u32], m: &LoadedModel) -> Session {
+    fn take(&mut self, conversation: &str, prompt: &[u32], loaded: &LoadedModel) -> Session {
         let shared = |s: &Session| shared_prefix(s.tokens(), prompt);
         let best = self
             .kept
@@ -76,7 +80,7 @@ impl Sessions {
             .map(|(k, _)| k);
         match best {
             Some(k) => self.kept.remove(k).1,
-            None => Session::new(&m.model),
+            None => Session::new(&loaded.model),
         }
     }
 
@@ -91,14 +95,15 @@ impl Sessions {
     }
 }
 
-/// One answer running.
-struct Row<'m> {
+/// One answer being written: its stream, its generation (text, stop ids, usage) and where its
+/// events go.
+struct ActiveAnswer<'m> {
     id: u64,
     conversation: String,
     /// Positions the conversation may reach by the end of this answer.
     longest: usize,
     stream: TokenStream<'m>,
-    answer: Answer<'m>,
+    generation: Generation<'m>,
     events: Box<dyn FnMut(Event) + Send>,
     /// Deltas sent, and the ids generated (kept with the answer, see [`Event::Done`]).
     count: usize,
@@ -107,8 +112,8 @@ struct Row<'m> {
 
 /// The answers running on one loaded model.
 pub(crate) struct Batch<'m> {
-    m: &'m LoadedModel,
-    rows: Vec<Row<'m>>,
+    loaded: &'m LoadedModel,
+    answers: Vec<ActiveAnswer<'m>>,
     /// Prompt lengths of requests waiting for memory, by generation id (so that a waiting
     /// request's prompt is rendered once, not at every step).
     waiting_prompts: RefCell<HashMap<u64, usize>>,
@@ -119,12 +124,12 @@ pub(crate) struct Batch<'m> {
 }
 
 impl<'m> Batch<'m> {
-    pub fn new(m: &'m LoadedModel, running: Running) -> Self {
+    pub fn new(loaded: &'m LoadedModel, running: Running) -> Self {
         Self {
-            m,
-            rows: Vec::new(),
+            loaded,
+            answers: Vec::new(),
             waiting_prompts: RefCell::default(),
-            markers: Markers::new(&m.tokenizer),
+            markers: Markers::new(&loaded.tokenizer),
             running,
             kv: gemma::BatchKvCache::new(),
         }
@@ -132,7 +137,7 @@ impl<'m> Batch<'m> {
 
     /// Answers running now.
     pub fn len(&self) -> usize {
-        self.rows.len()
+        self.answers.len()
     }
 
     /// Whether `request` may join the answers running as far as memory goes: MLX's active
@@ -141,15 +146,15 @@ impl<'m> Batch<'m> {
     /// that does not fit waits for one to end; the first always runs (as one always did).
     /// `id`: the generation's, under which its prompt's length is remembered while it waits.
     pub fn fits(&self, id: u64, request: &ChatRequest) -> bool {
-        if self.rows.is_empty() {
+        if self.answers.is_empty() {
             return true;
         }
-        let model = &self.m.model;
+        let model = &self.loaded.model;
         let known = self.waiting_prompts.borrow().get(&id).copied();
         let prompt = match known {
             Some(tokens) => tokens,
             None => {
-                let Ok(prompt) = self.m.prompt_with_tools(
+                let Ok(prompt) = self.loaded.prompt_with_tools(
                     &request.messages,
                     &request.tools,
                     request.thinking,
@@ -167,12 +172,12 @@ impl<'m> Batch<'m> {
         let options = &request.options;
         let longest = (prompt + options.max_tokens).min(options.context_window);
         let growing: usize = self
-            .rows
+            .answers
             .iter()
-            .map(|r| {
-                let now = r.stream.positions();
+            .map(|answer| {
+                let now = answer.stream.positions();
                 model
-                    .kv_bytes(r.longest)
+                    .kv_bytes(answer.longest)
                     .saturating_sub(model.kv_bytes(now))
             })
             .sum();
@@ -190,13 +195,17 @@ impl<'m> Batch<'m> {
     /// and it joins the next step. A request that cannot start gets its error event.
     pub fn start(&mut self, mut job: Job, sessions: &mut Sessions) {
         self.waiting_prompts.get_mut().remove(&job.id);
-        let m = self.m;
-        let (rows, markers, running, kv) =
-            (&mut self.rows, &self.markers, &self.running, &mut self.kv);
+        let loaded = self.loaded;
+        let (answers, markers, running, kv) = (
+            &mut self.answers,
+            &self.markers,
+            &self.running,
+            &mut self.kv,
+        );
         let mut longest = 0;
         let mut started = || -> Result<TokenStream<'m>, EngineError> {
             let request = &job.request;
-            let prompt = m.prompt_with_tools(
+            let prompt = loaded.prompt_with_tools(
                 &request.messages,
                 &request.tools,
                 request.thinking,
@@ -206,12 +215,12 @@ impl<'m> Batch<'m> {
             let context = request.options.context_window;
             longest = (prompt.ids.len() + request.options.max_tokens).min(context);
             if prompt.ids.len() >= context {
-                let message = alone_tokens(m, request)?;
+                let message = alone_tokens(loaded, request)?;
                 if message >= context {
                     return Err(EngineError::MessageTooLong { message, context });
                 }
             }
-            let session = sessions.take(&request.conversation, &prompt.ids, m);
+            let session = sessions.take(&request.conversation, &prompt.ids, loaded);
             let events = RefCell::new(&mut job.events);
             let id = job.id;
             let mut on_prefill = |p: PrefillProgress| {
@@ -222,36 +231,33 @@ impl<'m> Batch<'m> {
                 });
                 // Between two chunks, the answers already running take a step.
                 if p.done > 0 && p.done < p.total {
-                    step(rows, markers, sessions, running, kv);
+                    step(answers, markers, sessions, running, kv);
                 }
             };
-            let mut stream = m.token_stream_reporting(
-                session,
-                &prompt,
-                &request.options,
-                job.cancel.clone(),
-                &mut on_prefill,
+            let mut stream = loaded.token_stream(
+                StreamRequest::new(session, &prompt, &request.options, job.cancel.clone())
+                    .on_prefill(&mut on_prefill),
             )?;
-            if !rows.is_empty() {
+            if !answers.is_empty() {
                 let why = "another answer is running";
                 stream.stop_drafting(why)?;
-                for row in rows.iter_mut() {
-                    // (Should that step fail, the row ends early: drafting is lossless, and
+                for answer in answers.iter_mut() {
+                    // (Should that step fail, the answer ends early: drafting is lossless, and
                     // its error is not the new request's.)
-                    let _ = row.stream.stop_drafting(why);
+                    let _ = answer.stream.stop_drafting(why);
                 }
             }
             Ok(stream)
         };
         match started() {
             Ok(stream) => {
-                let answer = Answer::new(&stream, &m.tokenizer, &m.specials);
-                rows.push(Row {
+                let generation = Generation::new(&stream, &loaded.tokenizer, &loaded.specials);
+                answers.push(ActiveAnswer {
                     id: job.id,
                     conversation: job.request.conversation,
                     longest,
                     stream,
-                    answer,
+                    generation,
                     events: job.events,
                     count: 0,
                     ids: Vec::new(),
@@ -271,7 +277,7 @@ impl<'m> Batch<'m> {
     /// their session back.
     pub fn step(&mut self, sessions: &mut Sessions) {
         step(
-            &mut self.rows,
+            &mut self.answers,
             &self.markers,
             sessions,
             &self.running,
@@ -281,33 +287,33 @@ impl<'m> Batch<'m> {
 }
 
 fn step<'m>(
-    rows: &mut Vec<Row<'m>>,
+    answers: &mut Vec<ActiveAnswer<'m>>,
     markers: &Markers,
     sessions: &mut Sessions,
     running: &Running,
     kv: &mut gemma::BatchKvCache,
 ) {
-    if rows.is_empty() {
+    if answers.is_empty() {
         return;
     }
     let results = {
         let mut streams: Vec<&mut TokenStream<'m>> =
-            rows.iter_mut().map(|r| &mut r.stream).collect();
+            answers.iter_mut().map(|a| &mut a.stream).collect();
         next_tokens(&mut streams, kv)
     };
     let mut ended = Vec::new();
-    for (k, (row, result)) in rows.iter_mut().zip(results).enumerate() {
+    for (k, (answer, result)) in answers.iter_mut().zip(results).enumerate() {
         let taken = result
             .map_err(EngineError::from)
-            .and_then(|next| Ok(row.answer.take(next, row.stream.end())?));
+            .and_then(|next| Ok(answer.generation.take(next, answer.stream.end())?));
         match taken {
             Ok(Taken::Delta(delta)) => {
-                row.count += 1;
-                row.ids.extend(delta.token);
-                (row.events)(Event::Delta {
-                    generation_id: row.id,
+                answer.count += 1;
+                answer.ids.extend(delta.token);
+                (answer.events)(Event::Delta {
+                    generation_id: answer.id,
                     delta: delta.text,
-                    token_count: row.count,
+                    token_count: answer.count,
                     marker: delta.token.and_then(|id| markers.of(id)),
                 });
             }
@@ -319,17 +325,17 @@ fn step<'m>(
     // go) before their last events are sent: whoever hears "done" finds the memory free.
     let mut last_events = Vec::with_capacity(ended.len());
     for (k, outcome) in ended.into_iter().rev() {
-        let Row {
+        let ActiveAnswer {
             id,
             conversation,
             stream,
-            answer,
+            generation,
             events,
             mut count,
             mut ids,
             ..
-        } = rows.remove(k);
-        let finished = outcome.and_then(|stop| Ok(answer.finish(stop, &stream)?));
+        } = answers.remove(k);
+        let finished = outcome.and_then(|stop| Ok(generation.finish(stop, &stream)?));
         let mut sent = Vec::with_capacity(2);
         match finished {
             Ok((rest, usage)) => {
@@ -361,7 +367,7 @@ fn step<'m>(
         last_events.push((id, events, sent));
     }
     // The rows' buffers can go once fewer than two answers run.
-    if rows.len() < 2 {
+    if answers.len() < 2 {
         kv.clear();
     }
     for (id, mut events, sent) in last_events {
@@ -380,7 +386,7 @@ fn forget(running: &Running, id: u64) {
 
 /// Tokens of the request's last message as a new chat would send it: the system messages and
 /// that message, with its images and audio clips.
-fn alone_tokens(m: &LoadedModel, request: &ChatRequest) -> Result<usize, EngineError> {
+fn alone_tokens(loaded: &LoadedModel, request: &ChatRequest) -> Result<usize, EngineError> {
     let Some((last, before)) = request.messages.split_last() else {
         return Ok(0);
     };
@@ -393,9 +399,8 @@ fn alone_tokens(m: &LoadedModel, request: &ChatRequest) -> Result<usize, EngineE
     let own = |kind: Part| last.content.iter().filter(|part| **part == kind).count();
     let images = &request.images[request.images.len().saturating_sub(own(Part::Image))..];
     let audio = &request.audio[request.audio.len().saturating_sub(own(Part::Audio))..];
-    Ok(
-        m.prompt_with_tools(&messages, &request.tools, request.thinking, images, audio)?
-            .ids
-            .len(),
-    )
+    Ok(loaded
+        .prompt_with_tools(&messages, &request.tools, request.thinking, images, audio)?
+        .ids
+        .len())
 }

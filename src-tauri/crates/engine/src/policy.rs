@@ -1,0 +1,70 @@
+//! The engine's policies: choices about how the engine drives a model (how much to warm up,
+//! when drafting stops paying), not about how the model computes. One value per loaded model
+//! ([`crate::loaded::LoadedModel::policy`]); [`Policy::for_flavor`] is the one place the
+//! defaults are chosen. The measurements behind them are in `bench/results.md`.
+
+/// How the engine drives the model on this MLX build.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    /// Tokens of the warm-up's first message after a load (0: a one-word message), so that the
+    /// first follow-ups over a long history find the backend's kernels loaded.
+    pub warm_up_history: usize,
+    /// Drafts accepted per round below which speculative decoding costs more than it saves on
+    /// this backend: a round costs a draft block and a verify of several rows, plain decoding
+    /// one step per token, so the break-even is `round time / step time − 1` accepted drafts
+    /// (docs/SPECULATIVE.md).
+    pub min_drafts_accepted: f32,
+}
+
+impl Policy {
+    /// The defaults for the MLX build this crate is linked against (`mlx_sys::FLAVOR`).
+    pub fn for_backend() -> Self {
+        Self::for_flavor(mlx_sys::FLAVOR)
+    }
+
+    /// The defaults for an MLX build of `flavor` (`"cpu"`, `"metal"`, `"cuda…"`).
+    pub fn for_flavor(flavor: &str) -> Self {
+        let cuda = flavor.starts_with("cuda");
+        Self {
+            // GPU GEMM libraries load kernels per shape class on first use; the CPU has none to
+            // load, and prefilling 2k tokens there would take minutes.
+            warm_up_history: match flavor {
+                "cpu" => 0,
+                _ => 2048,
+            },
+            // Measured break-evens on CUDA and the CPU; Metal's is provisional until measured
+            // on a Mac (docs/SPECULATIVE.md, bench/results.md).
+            min_drafts_accepted: match flavor {
+                "metal" => 1.0,
+                _ if cuda => 2.2,
+                _ => 2.4,
+            },
+        }
+    }
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self::for_backend()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_engine_policy_matches_the_models_tuning_on_every_backend() {
+        // Until the model crate's copies of these fields go (they are the engine's to choose),
+        // both must agree, so that an answer speculates and warms up as it did.
+        for flavor in ["cpu", "metal", "cuda", "cuda12"] {
+            let policy = Policy::for_flavor(flavor);
+            let tuning = gemma::Tuning::for_flavor(flavor);
+            assert_eq!(policy.warm_up_history, tuning.warm_up_history, "{flavor}");
+            assert_eq!(
+                policy.min_drafts_accepted, tuning.min_drafts_accepted,
+                "{flavor}"
+            );
+        }
+    }
+}
