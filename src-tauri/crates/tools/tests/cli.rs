@@ -346,7 +346,7 @@ fn ctrl_c_stops_the_answer_not_the_chat_and_ctrl_d_leaves_cleanly() {
         .lock()
         .unwrap()
         .lines()
-        .filter_map(|l| reused_of(l))
+        .filter_map(reused_of)
         .collect();
     assert!(reused.len() == 2 && reused[1] > 19, "{reused:?}");
 
