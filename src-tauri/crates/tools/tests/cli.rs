@@ -1,6 +1,8 @@
 //! `gemma-desk-cli` as a person runs it: `generate` and `chat` answer messages holding control
 //! tokens as text, and load checkpoints whose tokenizer_config.json carries fields transformers
-//! accepts; a damaged one is refused in words.
+//! accepts; a damaged one is refused in words. The chat's own commands (/help, /clear, /bye)
+//! stay in the terminal, an empty line does what `chat --help` says, a stop is said in words,
+//! and `serve` keeps its key across starts and logs each request.
 
 mod common;
 use common::fixture;
@@ -325,7 +327,9 @@ fn ctrl_c_stops_the_answer_not_the_chat_and_ctrl_d_leaves_cleanly() {
     let asked = screen.lock().unwrap().len();
     wait_for(&screen, "the answer to start", |s| s.len() > asked + 40);
     typed(b"\x03");
-    wait_for(&screen, "the answer to stop", |s| s.contains("[stopped;"));
+    wait_for(&screen, "the answer to stop", |s| {
+        s.contains("[stopped with Ctrl+C;")
+    });
 
     // The chat goes on, and the next question reuses the history, stopped answer included.
     typed(b"And backwards?\n");
@@ -336,20 +340,13 @@ fn ctrl_c_stops_the_answer_not_the_chat_and_ctrl_d_leaves_cleanly() {
     wait_for(&screen, "the second answer", |s| s.len() > asked + 40);
     typed(b"\x03");
     wait_for(&screen, "the second answer to stop", |s| {
-        s.matches("[stopped;").count() == 2
+        s.matches("[stopped with Ctrl+C;").count() == 2
     });
     let reused: Vec<usize> = screen
         .lock()
         .unwrap()
         .lines()
-        .filter_map(|l| {
-            l.split(" reused prompt tokens")
-                .next()?
-                .rsplit(' ')
-                .next()?
-                .parse()
-                .ok()
-        })
+        .filter_map(reused_of)
         .collect();
     assert!(reused.len() == 2 && reused[1] > 19, "{reused:?}");
 
@@ -451,4 +448,318 @@ fn a_drafter_speeds_answers_without_changing_them_and_a_wrong_one_is_refused_in_
         "{}",
         text(&out.stderr)
     );
+}
+
+/// A chat usage line's `(prompt tokens, reused)`: `[… 15 prompt tokens, 12 of them reused]`.
+fn usage_of(line: &str) -> Option<(usize, usize)> {
+    let (head, tail) = line.split_once(" prompt tokens, ")?;
+    let prompt = head.rsplit(' ').next()?.parse().ok()?;
+    let reused = tail.split(' ').next()?.parse().ok()?;
+    Some((prompt, reused))
+}
+
+fn reused_of(line: &str) -> Option<usize> {
+    usage_of(line).map(|(_, reused)| reused)
+}
+
+/// `chat` at temperature 0 fed `input` as is: (stdout, stderr), after checking it exited well.
+fn chat_raw(input: &str) -> (String, String) {
+    let model = fixture();
+    let args = [
+        "chat",
+        "--model",
+        model.to_str().unwrap(),
+        "--max-tokens",
+        "3",
+        "--temperature",
+        "0",
+        "--dtype",
+        "float32",
+    ];
+    let out = run(&args, input);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    (stdout, stderr)
+}
+
+/// The usage lines of a chat's stderr: one per answer.
+fn answers(stderr: &str) -> Vec<&str> {
+    stderr.lines().filter(|l| l.contains(" tok/s")).collect()
+}
+
+#[test]
+fn an_empty_line_does_what_chat_help_says() {
+    let help = run(&["chat", "--help"], "");
+    assert!(help.status.success());
+    let help = text(&help.stdout);
+    assert!(help.contains("an empty line is ignored"), "{help}");
+    assert!(!help.contains("empty line or Ctrl-D quits"), "{help}");
+    // Ignored: no answer and no leaving; the question after it is answered, then /bye leaves
+    // before the last line is read.
+    let (_, stderr) = chat_raw("\n   \nHello\n\n/bye\nNot read\n");
+    assert_eq!(answers(&stderr).len(), 1, "{stderr}");
+    assert!(!stderr.contains("Unknown command"), "{stderr}");
+}
+
+#[test]
+fn chat_commands_stay_in_the_terminal_and_only_messages_reach_the_model() {
+    // /help lists the commands; it is not a message: the one answer's prompt is the same as
+    // that of a chat asked only "Hello".
+    let (_, alone) = chat_raw("Hello\n");
+    let (_, stderr) = chat_raw("/help\nHello\n");
+    for command in ["/help", "/clear", "/bye", "/quit", "Ctrl+D", "Ctrl+C"] {
+        assert!(stderr.contains(command), "{command} not listed: {stderr}");
+    }
+    let alone = usage_of(answers(&alone)[0]).unwrap();
+    let helped = answers(&stderr);
+    assert_eq!(helped.len(), 1, "{stderr}");
+    assert_eq!(usage_of(helped[0]).unwrap().0, alone.0, "{stderr}");
+
+    // An unknown command is said and not sent; //text sends "/text".
+    let (_, stderr) = chat_raw("/frobnicate now\n//frobnicate\n");
+    assert!(
+        stderr.contains("Unknown command /frobnicate: /help lists the commands."),
+        "{stderr}"
+    );
+    assert_eq!(answers(&stderr).len(), 1, "{stderr}");
+
+    // /clear starts over: the second "Hello" has the first one's prompt (not the whole
+    // history), and at temperature 0 the same answer.
+    let (stdout, stderr) = chat_raw("Hello\n/clear\nHello\n");
+    assert!(stderr.contains("(a new conversation)"), "{stderr}");
+    let turns: Vec<(usize, usize)> = answers(&stderr)
+        .iter()
+        .map(|l| usage_of(l).unwrap())
+        .collect();
+    assert_eq!(turns.len(), 2, "{stderr}");
+    assert_eq!(turns[1].0, turns[0].0, "{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout:?}");
+    assert_eq!(lines[0], lines[1], "{stdout:?}");
+    // Without /clear the second prompt holds the first turn.
+    let (_, stderr) = chat_raw("Hello\nHello\n");
+    let second = usage_of(answers(&stderr)[1]).unwrap();
+    assert!(second.0 > turns[0].0, "{stderr}");
+
+    // /quit and /exit leave as /bye does.
+    for leave in ["/quit", "/exit"] {
+        let (_, stderr) = chat_raw(&format!("{leave}\nHello\n"));
+        assert!(answers(&stderr).is_empty(), "{leave}: {stderr}");
+    }
+}
+
+#[test]
+fn why_an_answer_stopped_is_said_in_words() {
+    let model = fixture();
+    let out = run(
+        &[
+            "generate",
+            "--model",
+            model.to_str().unwrap(),
+            "--prompt",
+            "Tell me about rivers.",
+            "--max-tokens",
+            "3",
+            "--temperature",
+            "0",
+            "--dtype",
+            "float32",
+        ],
+        "",
+    );
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("3 generated")
+            && stderr.contains("; stopped: reached the token limit (3)]"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("MaxTokens"), "{stderr}");
+
+    let (_, stderr) = chat_raw("Tell me about rivers.\n");
+    let line = answers(&stderr)[0];
+    assert!(
+        line.contains("[stopped: reached the token limit (3); "),
+        "{stderr}"
+    );
+}
+
+/// One HTTP/1.1 request to the server on `port`: (status, body).
+fn http(port: u16, method: &str, path: &str, key: &str, body: &str) -> (u16, String) {
+    use std::io::Read;
+    let mut socket = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    socket.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    socket.read_to_string(&mut response).unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (status, body)
+}
+
+/// A running `serve` whose data folder is `home`'s: its port, key, where it says the key is
+/// kept, and what it has written to stderr so far.
+struct Serving {
+    child: std::process::Child,
+    port: u16,
+    key: String,
+    kept: String,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+fn serve(home: &Path, extra: &[&str]) -> Serving {
+    let model = fixture();
+    let mut child = Command::new(CLI)
+        .args(["serve", "--model", model.to_str().unwrap(), "--port", "0"])
+        .args(["--dtype", "float32"])
+        .args(extra)
+        .env("HOME", home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the CLI starts");
+    let stdout = collect(child.stdout.take().unwrap());
+    let stderr = collect(child.stderr.take().unwrap());
+    wait_for(&stdout, "the address and the key", |s| {
+        s.contains("Ctrl+C stops the server")
+            || s.is_empty() && stderr.lock().unwrap().contains("error")
+    });
+    let printed = stdout.lock().unwrap().clone();
+    let port = printed
+        .split("at http://127.0.0.1:")
+        .nth(1)
+        .and_then(|s| s.split('/').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {printed:?}; {}", stderr.lock().unwrap()));
+    let key_line = printed
+        .lines()
+        .find(|l| l.starts_with("API key: "))
+        .unwrap_or_else(|| panic!("no key in {printed:?}"));
+    let key = key_line["API key: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    let kept = key_line
+        .split("kept in ")
+        .nth(1)
+        .and_then(|s| s.split(';').next())
+        .unwrap_or_else(|| panic!("no path in {key_line:?}"))
+        .to_owned();
+    Serving {
+        child,
+        port,
+        key,
+        kept,
+        stderr,
+    }
+}
+
+impl Serving {
+    /// SIGTERM (what Ctrl+C does), then a clean exit.
+    fn stop(mut self) -> String {
+        // SAFETY: a signal to the child this test started and has not yet reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let stderr = self.stderr.lock().unwrap().clone();
+        stderr
+    }
+}
+
+#[test]
+fn serve_keeps_its_key_across_starts_and_logs_each_request() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+
+    // The first start makes a key, keeps it where it says (only its owner may read it) and
+    // logs each request in one line: method, path, status, tokens, time.
+    let first = serve(home.path(), &[]);
+    let kept = home
+        .path()
+        .join("data")
+        .join("app.gemmadesk.desktop")
+        .join("cli-api-key");
+    assert_eq!(Path::new(&first.kept), kept);
+    assert_eq!(
+        std::fs::read_to_string(&kept).unwrap().trim(),
+        first.key,
+        "the file holds the printed key"
+    );
+    let mode = std::fs::metadata(&kept).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    let (status, _) = http(first.port, "GET", "/v1/models", &first.key, "");
+    assert_eq!(status, 200);
+    let ask = json!({
+        "model": "tiny",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 2,
+        "temperature": 0
+    })
+    .to_string();
+    let (status, body) = http(first.port, "POST", "/v1/chat/completions", &first.key, &ask);
+    assert_eq!(status, 200, "{body}");
+    let usage: Value = serde_json::from_str(&body).unwrap();
+    let prompt = usage["usage"]["prompt_tokens"].as_u64().unwrap();
+    let (status, _) = http(first.port, "GET", "/v1/models", "not-the-key-at-all", "");
+    assert_eq!(status, 401);
+    let key = first.key.clone();
+    let log = first.stop();
+    // One line each, written as each response ends (a line may come after the next request's).
+    let mut lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("GET ") || l.starts_with("POST "))
+        .collect();
+    lines.sort();
+    assert_eq!(lines.len(), 3, "{log}");
+    assert!(lines.iter().all(|l| l.ends_with(" ms")), "{lines:?}");
+    assert!(lines[0].starts_with("GET /v1/models 200, "), "{lines:?}");
+    assert!(lines[1].starts_with("GET /v1/models 401, "), "{lines:?}");
+    let answered = format!("POST /v1/chat/completions 200, {prompt} prompt + 2 answer tokens, ");
+    assert!(lines[2].starts_with(&answered), "{lines:?}");
+    assert!(!log.contains(&key), "the log never shows the key");
+
+    // The second start serves with the same key: clients keep working.
+    let second = serve(home.path(), &[]);
+    assert_eq!(second.key, key);
+    assert_eq!(http(second.port, "GET", "/v1/models", &key, "").0, 200);
+    second.stop();
+
+    // --new-key replaces it: the old key is refused, the new one is kept.
+    let third = serve(home.path(), &["--new-key"]);
+    assert_ne!(third.key, key);
+    assert_eq!(std::fs::read_to_string(&kept).unwrap().trim(), third.key);
+    assert_eq!(http(third.port, "GET", "/v1/models", &key, "").0, 401);
+    assert_eq!(http(third.port, "GET", "/v1/models", &third.key, "").0, 200);
+    third.stop();
+
+    // A damaged kept key is an error naming the file, and the file is left as it was.
+    std::fs::write(&kept, "short").unwrap();
+    let model = fixture();
+    let out = Command::new(CLI)
+        .args(["serve", "--model", model.to_str().unwrap(), "--port", "0"])
+        .env("HOME", home.path())
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.starts_with("error: the API key kept in ") && stderr.contains("--new-key"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "short");
 }

@@ -104,7 +104,8 @@ enum Command {
         #[command(flatten)]
         sampling: SamplingArgs,
     },
-    /// An interactive chat in the terminal (empty line or Ctrl-D quits).
+    /// An interactive chat in the terminal: /help lists its commands, /bye or Ctrl-D leaves,
+    /// Ctrl-C stops an answer, an empty line is ignored.
     Chat {
         #[arg(long)]
         model: PathBuf,
@@ -159,12 +160,16 @@ struct ServeArgs {
     #[arg(long, default_value_t = api::DEFAULT_PORT)]
     port: u16,
     /// The key clients must send (visible to other users in the process list: prefer
-    /// --api-key-file). Without either, a new key is generated and printed.
-    #[arg(long, conflicts_with = "api_key_file")]
+    /// --api-key-file). Without either, the key kept in the app's data folder is used (made
+    /// the first time; its path is printed).
+    #[arg(long, conflicts_with_all = ["api_key_file", "new_key"])]
     api_key: Option<String>,
     /// A file holding the key clients must send.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "new_key")]
     api_key_file: Option<PathBuf>,
+    /// Replace the kept key with a new one (clients holding the old key then get 401).
+    #[arg(long)]
+    new_key: bool,
     /// A browser origin allowed to call the API, exactly as the browser sends it (e.g.
     /// `chrome-extension://<id>`); repeatable. None by default.
     #[arg(long = "allow-origin")]
@@ -357,13 +362,14 @@ fn generate_once(
         writeln!(out, "{}", serde_json::json!({ "usage": usage }))?;
     } else {
         writeln!(out)?;
+        let why = stop_words(usage.stop_reason, &options)
+            .unwrap_or_else(|| "the answer is complete".to_owned());
         eprintln!(
-            "[{} prompt tokens, {} generated, {:.1} tok/s, first token after {:.0} ms, {:?}]",
+            "[{} prompt tokens, {} generated, {:.1} tok/s, first token after {:.0} ms; {why}]",
             usage.prompt_tokens,
             usage.generated_tokens,
             usage.decode_tokens_per_second,
             usage.time_to_first_token_ms,
-            usage.stop_reason
         );
         if let Some(spec) = &usage.speculative {
             eprintln!("[{}]", speculation_line(spec));
@@ -372,15 +378,75 @@ fn generate_once(
     Ok(())
 }
 
+/// Why an answer stopped, in words, when it stopped before its end of turn.
+fn stop_words(reason: StopReason, options: &GenerateOptions) -> Option<String> {
+    match reason {
+        StopReason::EndOfTurn => None,
+        StopReason::MaxTokens => Some(format!(
+            "stopped: reached the token limit ({})",
+            options.max_tokens
+        )),
+        StopReason::ContextFull => Some(format!(
+            "stopped: the context is full ({} tokens)",
+            options.context_window
+        )),
+        StopReason::Cancelled => Some("stopped with Ctrl+C".to_owned()),
+    }
+}
+
+/// The chat's commands and keys, as `/help` prints them.
+const CHAT_HELP: &str = "\
+Commands:
+  /help, /?          this list
+  /clear             start a new conversation (the system prompt is kept)
+  /bye, /quit, /exit leave (as Ctrl+D does)
+Keys: Ctrl+C stops the answer being written (it is kept); Ctrl+D leaves.
+An empty line is ignored. To send a message that starts with /, begin it with //.";
+
+/// What a line typed at the chat's prompt asks for.
+#[derive(Debug, PartialEq)]
+enum Typed<'a> {
+    /// Nothing (an empty line): ask again.
+    Nothing,
+    /// A message for the model.
+    Message(&'a str),
+    Help,
+    Clear,
+    Leave,
+    /// A `/word` that is no command: said, never sent.
+    Unknown(&'a str),
+}
+
+fn typed(line: &str) -> Typed<'_> {
+    let line = line.trim();
+    if line.is_empty() {
+        return Typed::Nothing;
+    }
+    let Some(rest) = line.strip_prefix('/') else {
+        return Typed::Message(line);
+    };
+    if rest.starts_with('/') {
+        return Typed::Message(rest);
+    }
+    let command = line.split_whitespace().next().unwrap_or(line);
+    match command {
+        "/help" | "/?" => Typed::Help,
+        "/clear" => Typed::Clear,
+        "/bye" | "/quit" | "/exit" => Typed::Leave,
+        _ => Typed::Unknown(command),
+    }
+}
+
 /// An interactive chat, as `ollama run`: Ctrl+C stops the answer being written (it is kept, and
 /// the chat goes on); at the prompt it says how to leave; Ctrl+D or `/bye` leaves; an empty line
-/// asks again.
+/// is ignored; `/help` and the other `/commands` are handled here, never sent to the model.
 fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<()> {
     let (m, options) = load_chat(dir, sampling)?;
-    let mut messages: Vec<Message> = system
+    let first: Vec<Message> = system
         .into_iter()
         .map(|s| Message::text(Role::System, s))
         .collect();
+    let mut messages = first.clone();
     let mut session = Session::new(&m.model);
     let cancel = Arc::new(AtomicBool::new(false));
     let answering = Arc::new(AtomicBool::new(false));
@@ -401,7 +467,8 @@ fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<(
         });
     }
     eprintln!(
-        "Chatting with {}. Ctrl+C stops an answer; Ctrl+D or /bye leaves.",
+        "Chatting with {}. /help lists the commands; Ctrl+C stops an answer; Ctrl+D or /bye \
+         leaves.",
         dir.display()
     );
     let stdin = std::io::stdin();
@@ -413,14 +480,25 @@ fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<(
             eprintln!();
             return Ok(());
         }
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        if line == "/bye" {
-            return Ok(());
-        }
-        messages.push(Message::text(Role::User, line));
+        let text = match typed(&line) {
+            Typed::Nothing => continue,
+            Typed::Leave => return Ok(()),
+            Typed::Help => {
+                eprintln!("{CHAT_HELP}");
+                continue;
+            }
+            Typed::Clear => {
+                messages = first.clone();
+                eprintln!("(a new conversation)");
+                continue;
+            }
+            Typed::Unknown(command) => {
+                eprintln!("Unknown command {command}: /help lists the commands.");
+                continue;
+            }
+            Typed::Message(text) => text,
+        };
+        messages.push(Message::text(Role::User, text));
         let prompt = m.prompt(&messages, sampling.thinking, &[])?;
         let mut answer = String::new();
         let mut ids = Vec::new();
@@ -438,19 +516,17 @@ fn chat(dir: &Path, system: Option<String>, sampling: &SamplingArgs) -> Result<(
         answering.store(false, Ordering::SeqCst);
         let usage = usage?;
         println!();
-        let stopped = if usage.stop_reason == StopReason::Cancelled {
-            "stopped; "
-        } else {
-            ""
-        };
+        let stopped = stop_words(usage.stop_reason, &options)
+            .map(|why| format!("{why}; "))
+            .unwrap_or_default();
         let drafted = usage
             .speculative
             .as_ref()
             .map(|s| format!(", {:.2} tokens/round", s.tokens_per_round()))
             .unwrap_or_default();
         eprintln!(
-            "[{stopped}{:.1} tok/s{drafted}, {} reused prompt tokens]",
-            usage.decode_tokens_per_second, usage.reused_tokens
+            "[{stopped}{:.1} tok/s{drafted}, {} prompt tokens, {} of them reused]",
+            usage.decode_tokens_per_second, usage.prompt_tokens, usage.reused_tokens
         );
         // With the ids it generated, so that the next turn reuses the cache over this answer.
         // A stopped answer is kept too: the next question follows what was shown.
@@ -464,16 +540,21 @@ fn serve(args: &ServeArgs) -> Result<()> {
     use api::config::{MAX_CONTEXT, MIN_CONTEXT};
     use api::{ApiConfig, ApiKey, ServedModel, Server};
 
-    let (key, generated) = match (&args.api_key, &args.api_key_file) {
-        (Some(key), _) => (ApiKey::new(key)?, false),
+    // Where the key came from, said at start when it was not given.
+    let (key, kept) = match (&args.api_key, &args.api_key_file) {
+        (Some(key), _) => (ApiKey::new(key)?, None),
         (None, Some(file)) => {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("reading the API key from {}", file.display()))?;
             let key =
                 ApiKey::new(&text).with_context(|| format!("the API key in {}", file.display()))?;
-            (key, false)
+            (key, None)
         }
-        (None, None) => (ApiKey::generate()?, true),
+        (None, None) => {
+            let path = kept_key_path()?;
+            let (key, made) = kept_key(&path, args.new_key)?;
+            (key, Some((path, made)))
+        }
     };
     if !(MIN_CONTEXT..=MAX_CONTEXT).contains(&args.context_length) {
         bail!(
@@ -537,11 +618,17 @@ fn serve(args: &ServeArgs) -> Result<()> {
         let mut interrupt = signal(SignalKind::interrupt()).context("listening for Ctrl+C")?;
         let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
         let server = Server::start(engine, config).await?;
+        server.watch(Some(Arc::new(PrintRequests)));
         println!("Serving {} at {}", model.id, server.base_url());
-        if generated {
-            println!("API key: {}", key.reveal());
+        if let Some((path, made)) = &kept {
+            let new = if *made { "new; " } else { "" };
+            println!(
+                "API key: {} ({new}kept in {}; --new-key replaces it)",
+                key.reveal(),
+                path.display()
+            );
         }
-        println!("Ctrl+C stops the server.");
+        println!("Ctrl+C stops the server. Requests are logged on stderr.");
         let _ = std::io::stdout().flush();
         tokio::select! {
             _ = interrupt.recv() => {}
@@ -551,6 +638,113 @@ fn serve(args: &ServeArgs) -> Result<()> {
         server.shutdown().await?;
         Ok::<_, anyhow::Error>(())
     })
+}
+
+/// Prints one line per request that ended, on stderr: method, path, status, tokens, duration.
+struct PrintRequests;
+
+impl api::Watcher for PrintRequests {
+    fn started(&self, _open: usize) {}
+
+    fn ended(&self, request: &api::Request, _open: usize) {
+        // A closed stderr loses the log, never the server.
+        let _ = writeln!(std::io::stderr(), "{}", request_line(request));
+    }
+}
+
+/// `POST /v1/chat/completions 200, 12 prompt + 3 answer tokens, 845 ms`.
+fn request_line(request: &api::Request) -> String {
+    let status = match request.status {
+        0 => "no response (the client left)".to_owned(),
+        status => status.to_string(),
+    };
+    let tokens = match (request.prompt_tokens, request.completion_tokens) {
+        (Some(prompt), Some(answer)) => format!(", {prompt} prompt + {answer} answer tokens"),
+        _ => String::new(),
+    };
+    format!(
+        "{} {} {status}{tokens}, {} ms",
+        request.method, request.path, request.ms
+    )
+}
+
+/// The file `serve` keeps its key in: `cli-api-key` in the app's data folder (the one the
+/// README names: `~/Library/Application Support/app.gemmadesk.desktop` on macOS,
+/// `$XDG_DATA_HOME/app.gemmadesk.desktop`, else `~/.local/share/app.gemmadesk.desktop`, on
+/// Linux). The app keeps its own key in its settings; this one is the CLI's.
+fn kept_key_path() -> Result<PathBuf> {
+    const APP: &str = "app.gemmadesk.desktop";
+    let home = std::env::home_dir().filter(|h| h.is_absolute());
+    let base = if cfg!(target_os = "macos") {
+        home.map(|h| h.join("Library").join("Application Support"))
+    } else {
+        std::env::var_os("XDG_DATA_HOME")
+            .map(PathBuf::from)
+            .filter(|d| d.is_absolute())
+            .or_else(|| home.map(|h| h.join(".local").join("share")))
+    };
+    let base = base.context(
+        "no home folder to keep the API key in: give one with --api-key-file (or --api-key)",
+    )?;
+    Ok(base.join(APP).join("cli-api-key"))
+}
+
+/// The key kept at `path`, made (and written, readable by its owner only) when there is none or
+/// `new` asks for another; `true` when it was made now. A kept key others could read is made
+/// private; a damaged one is an error naming the file (it is left as it is).
+fn kept_key(path: &Path, new: bool) -> Result<(api::ApiKey, bool)> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+
+    if !new {
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let key = api::ApiKey::new(&text).with_context(|| {
+                    format!(
+                        "the API key kept in {} (--new-key replaces it)",
+                        path.display()
+                    )
+                })?;
+                let mode = std::fs::metadata(path)?.permissions().mode();
+                if mode & 0o077 != 0 {
+                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                        .with_context(|| format!("making {} private", path.display()))?;
+                    eprintln!(
+                        "note: {} could be read by other users; now only by you",
+                        path.display()
+                    );
+                }
+                return Ok((key, false));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("reading the API key {}", path.display()))
+            }
+        }
+    }
+    let key = api::ApiKey::generate()?;
+    let folder = path.parent().context("the key file has no folder")?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(folder)
+        .with_context(|| format!("making the folder {}", folder.display()))?;
+    // Written beside it and renamed over it: a reader sees the old key or the new one, whole.
+    let partial = path.with_extension("new");
+    let write = || -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&partial)?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        file.write_all(key.reveal().as_bytes())?;
+        file.write_all(b"\n")?;
+        file.sync_all()?;
+        std::fs::rename(&partial, path)
+    };
+    write().with_context(|| format!("keeping the API key in {}", path.display()))?;
+    Ok((key, true))
 }
 
 #[allow(clippy::too_many_arguments)]
