@@ -156,10 +156,12 @@ app: ui
 	cargo build -p gemma-desk
 
 # clippy is build-all (above); the checks that need no build run first.
-# Every backticked code name in docs/ and README.md exists in the tree (.ci/check_doc_idents.py).
+# Every backticked code name in docs/ and README.md exists in the tree (.ci/check_doc_idents.py);
+# engine and gemma have no import cycle (.ci/import_cycles.py).
 lint: lint-sources build-all
 lint-sources: ui-deps
 	$(PYTHON) .ci/check_doc_idents.py
+	$(PYTHON) .ci/import_cycles.py src-tauri/crates/engine/src src-tauri/crates/gemma/src
 	cargo fmt --all --check
 	$(PYTHON) .ci/check_tests.py
 	cd ui && npm run lint
