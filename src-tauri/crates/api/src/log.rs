@@ -97,6 +97,10 @@ pub struct Requests {
     verbose: AtomicBool,
     open: AtomicUsize,
     watcher: Mutex<Option<Arc<dyn Watcher>>>,
+    /// Held from a count's change until the watcher is told of it, so the watcher hears the
+    /// counts in the order they happened and its last word is the count now (two requests
+    /// told from two threads could otherwise arrive swapped: "4" and then a stale "3").
+    told: Mutex<()>,
 }
 
 impl Requests {
@@ -130,6 +134,7 @@ impl Requests {
     pub fn begin(self: &Arc<Self>, method: &str, path: &str, client: &str) -> Note {
         let counted = method == "POST";
         if counted {
+            let _in_order = self.told.lock().unwrap_or_else(|e| e.into_inner());
             let open = self.open.fetch_add(1, Ordering::SeqCst) + 1;
             if let Some(watcher) = self.watcher() {
                 watcher.started(open);
@@ -157,6 +162,7 @@ impl Requests {
 
     fn end(&self, mut entry: Request, started: Instant, counted: bool) {
         entry.ms = started.elapsed().as_millis() as u64;
+        let _in_order = self.told.lock().unwrap_or_else(|e| e.into_inner());
         let open = if counted {
             self.open.fetch_sub(1, Ordering::SeqCst).saturating_sub(1)
         } else {
@@ -250,6 +256,33 @@ mod tests {
         fn ended(&self, request: &Request, open: usize) {
             self.0.lock().unwrap().push((request.path.clone(), open));
         }
+    }
+
+    #[test]
+    fn requests_from_many_threads_are_told_in_the_order_their_counts_changed() {
+        // The window shows the last count it was told: a stale count told last would leave
+        // "answering 3" on screen while 4 run (or "1" after all ended).
+        const THREADS: usize = 8;
+        let requests = Arc::new(Requests::default());
+        let seen = Arc::new(Seen::default());
+        requests.set_watcher(Some(seen.clone()));
+        let all_begun = Arc::new(std::sync::Barrier::new(THREADS));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (requests, all_begun) = (requests.clone(), all_begun.clone());
+                std::thread::spawn(move || {
+                    let note = requests.begin("POST", "/v1/chat/completions", "");
+                    all_begun.wait();
+                    drop(note);
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let counts: Vec<usize> = seen.0.lock().unwrap().iter().map(|(_, n)| *n).collect();
+        let expected: Vec<usize> = (1..=THREADS).chain((0..THREADS).rev()).collect();
+        assert_eq!(counts, expected, "counts told out of order");
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod batch;
 pub mod memory;
 pub mod mlx_probe;
 pub mod mtp;
+pub mod serve_cli;
 
 /// Names the step the bench is in, for `bench/cuda/apitrace.c` (which reads the file named by
 /// `APITRACE_PHASES`); nothing happens when the variable is unset.

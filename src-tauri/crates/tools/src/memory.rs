@@ -169,10 +169,10 @@ pub fn run(
         .map(|&p| {
             json!({
                 "positions": p,
-                "activation_dtype_bytes": kv_bytes(&model, p, dtype_bytes),
-                "bf16_bytes": kv_bytes(&model, p, 2.0),
-                "kv8_bytes": kv_bytes(&model, p, 1.0 + 4.0 / 64.0),
-                "kv4_bytes": kv_bytes(&model, p, 0.5 + 4.0 / 64.0),
+                "activation_dtype_bytes": kv_bytes(model, p, dtype_bytes),
+                "bf16_bytes": kv_bytes(model, p, 2.0),
+                "kv8_bytes": kv_bytes(model, p, 1.0 + 4.0 / 64.0),
+                "kv4_bytes": kv_bytes(model, p, 0.5 + 4.0 / 64.0),
             })
         })
         .collect();
@@ -189,8 +189,8 @@ pub fn run(
         release_cache()?;
         reset_peak()?;
         let start = snapshot()?;
-        let ids = prompt(&model, len);
-        let mut session = Session::new(&model);
+        let ids = prompt(model, len);
+        let mut session = Session::new(model);
         let started = Instant::now();
         let cancel = AtomicBool::new(false);
         let prompt = Prompt::from_ids(ids);
