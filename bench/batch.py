@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--note", default="")
     p.add_argument("--ab", default="",
                    help="also run ours with these extra arguments (e.g. '--rows-each' or "
-                        "'--matrix-rows 0'), for A/B in the same run")
+                        "'--decode-attention head-scores'), for A/B in the same run")
     p.add_argument("--deadline", type=float,
                    help="Unix time by which the run must end: a repetition that would overrun it is not started")
     p.add_argument("--write-plan", type=Path,
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         return "/".join(f"{r['aggregate'][str(n)]['tokens_per_second']:.0f}" for n in args.streams)
 
     def tuning(r: dict) -> str:
-        return (f"matrix_rows {r.get('matrix_rows')}, batched_rows {r.get('batched_rows')}, "
+        return (f"batched_rows {r.get('batched_rows')}, "
                 f"attention {r.get('decode_attention')}")
 
     idle = statistics.median(r["window_ttft_idle_ms"] for r in runs["ours"])

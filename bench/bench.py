@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ours", type=Path, default=ROOT / "target/release/gemma-desk-bench")
     p.add_argument("--ours-arg", action="append", default=[], help="extra argument for our worker")
     p.add_argument("--ab", default="",
-                   help="also run ours with these extra arguments (e.g. --ab=--compiled-decode=true; the = is needed) in every "
+                   help="also run ours with these extra arguments (e.g. --ab=--ple-resident or --ab=--decode-attention=head-scores; the = is needed) in every "
                         "repetition: its decode, step profile and primitives are reported beside ours")
     p.add_argument("--ref-dtype", choices=["float32", "bfloat16"],
                    help="cast mlx-vlm's float parameters after loading (default: as loaded)")

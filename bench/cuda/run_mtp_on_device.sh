@@ -8,8 +8,7 @@
 # full-size target. Here the full-size drafter is generated next to it, the plan's decode
 # prompt (512 tokens, 128 decoded) written, and each repetition runs our bench binary's `--mtp`
 # mode and mlx-vlm's (`reference_worker.py mtp`), alternating which goes first, for each block
-# size (default 4; `4v8`: block 4 with our `--vector-rows 8`, `4m0` with our `--matrix-rows 0`;
-# such a variant runs our worker alone). One JSON object per process goes to $OUT/mtp-BLOCK.jsonl;
+# size (default 4). One JSON object per process goes to $OUT/mtp-BLOCK.jsonl;
 # `bench/mtp_summary.py` turns each into a results table. Each line carries host_steal_pct; with
 # TRACE=1 one more process of ours runs under apitrace.c (see the end).
 set -euo pipefail
@@ -28,23 +27,19 @@ DRAFTER=$MODEL-assistant
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 # One JSON line per process, tagged with its engine and the host's stolen time (bench/last_json.py).
 ours() {
-  local rows=()
-  [[ $1 == *v* ]] && rows=(--vector-rows "${1#*v}")
-  [[ $1 == *m* ]] && rows=(--matrix-rows "${1#*m}")
   "$PY" bench/last_json.py ours /tmp/gemma-desk-bench --plan "$OUT/plan.json" --mtp "$DRAFTER" \
-    --mtp-block "${1%%[vm]*}" "${rows[@]}"
+    --mtp-block "$1"
 }
 ref() {
   "$PY" bench/last_json.py mlx-vlm "$PY" bench/reference_worker.py mtp --plan "$OUT/plan.json" \
-    --drafter "$DRAFTER" --block "${1%%[vm]*}"
+    --drafter "$DRAFTER" --block "$1"
 }
 for BLOCK in $BLOCKS; do
   LOG=$OUT/mtp-$BLOCK.jsonl
   : > "$LOG"
   for i in $(seq 1 "$REPS"); do
     if [ $(( $(date +%s) - START )) -gt "${BUDGET_S:-500}" ]; then echo "block $BLOCK: budget reached after $((i - 1)) repetitions"; break; fi
-    if [[ $BLOCK == *[vm]* ]]; then ours "$BLOCK" >> "$LOG"   # our variant alone: mlx-vlm ran for the plain block
-    elif [ $((i % 2)) -eq 1 ]; then ours "$BLOCK" >> "$LOG"; ref "$BLOCK" >> "$LOG"; else ref "$BLOCK" >> "$LOG"; ours "$BLOCK" >> "$LOG"; fi
+    if [ $((i % 2)) -eq 1 ]; then ours "$BLOCK" >> "$LOG"; ref "$BLOCK" >> "$LOG"; else ref "$BLOCK" >> "$LOG"; ours "$BLOCK" >> "$LOG"; fi
     echo "block $BLOCK, repetition $i: $(( $(date +%s) - START )) s"
   done
 done
@@ -56,7 +51,7 @@ if [ "${TRACE:-0}" = 1 ]; then
   # Only the worker under the trace (each traced process writes its table at exit).
   # shellcheck disable=SC2086  # APITRACE_ENV is a word list
   env $APITRACE_ENV APITRACE_OUT="$OUT/mtp-trace.tsv" \
-    /tmp/gemma-desk-bench --plan "$OUT/plan.json" --mtp "$DRAFTER" --mtp-block "${BLOCK%%[vm]*}" \
+    /tmp/gemma-desk-bench --plan "$OUT/plan.json" --mtp "$DRAFTER" --mtp-block "$BLOCK" \
     > "$OUT/mtp-trace.json" 2> "$OUT/mtp-trace.err" || { echo "traced run failed"; tail -5 "$OUT/mtp-trace.err"; }
   "$PY" bench/cuda/summarize.py --trace "$OUT/mtp-trace.tsv" parts- mtp-accept-3 mtp-warm-up
 fi

@@ -24,7 +24,7 @@ def main() -> None:
     r = json.loads(path.read_text().strip().splitlines()[-1])
     d, f = r["decode"], r["followup"]
     p = f["profile"]
-    print(f"== {label} ({seconds} s) dense from {r.get('dense_from')} (bucket {r.get('dense_bucket')}), decode attention "
+    print(f"== {label} ({seconds} s) dense from {r.get('dense_from')}, decode attention "
           f"{r.get('decode_attention')}, warm-up {r.get('warm_up_s')}")
     print(f"  load {r['load_cold_s']:.2f}/{r['load_warm_s']:.2f} s, peak RSS {r['peak_rss_bytes'] / 1e9:.3f} GB, "
           f"MLX peak {r['mlx_peak_bytes'] / 1e9:.3f} GB")
