@@ -48,23 +48,3 @@ impl Default for Policy {
         Self::for_backend()
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_engine_policy_matches_the_models_tuning_on_every_backend() {
-        // Until the model crate's copies of these fields go (they are the engine's to choose),
-        // both must agree, so that an answer speculates and warms up as it did.
-        for flavor in ["cpu", "metal", "cuda", "cuda12"] {
-            let policy = Policy::for_flavor(flavor);
-            let tuning = gemma::Tuning::for_flavor(flavor);
-            assert_eq!(policy.warm_up_history, tuning.warm_up_history, "{flavor}");
-            assert_eq!(
-                policy.min_drafts_accepted, tuning.min_drafts_accepted,
-                "{flavor}"
-            );
-        }
-    }
-}

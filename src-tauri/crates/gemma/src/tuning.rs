@@ -18,14 +18,6 @@ pub struct Tuning {
     pub dense_from: DenseFrom,
     /// Head sizes for which this MLX build runs one query's attention as a fused kernel.
     pub fused_single_query_head_dims: &'static [i32],
-    /// Tokens of the warm-up's first message after a load (0: a one-word message), so that the
-    /// first follow-ups over a long history find the backend's kernels loaded.
-    pub warm_up_history: usize,
-    /// Drafts accepted per round below which speculative decoding costs more than it saves on
-    /// this backend: a round costs a draft block and a verify of several rows, plain decoding
-    /// one step per token, so the break-even is `round time / step time − 1` accepted drafts
-    /// (docs/SPECULATIVE.md). Measured on CUDA and the CPU; estimated for Metal.
-    pub min_drafts_accepted: f32,
     /// Whether decode rows of several sequences step over a batch's shared buffers (one cache
     /// write and one attention per layer for all rows) rather than each over its own caches:
     /// the per-row kernels are what a GPU's decode step is bound by. Off only for A/B runs.
@@ -70,22 +62,6 @@ impl Tuning {
                 "metal" => &[64, 96, 128, 256],
                 _ if cuda => &[64, 96, 128],
                 _ => &[],
-            },
-            // GPU GEMM libraries load kernels per shape class on first use; the CPU has none
-            // to load, and prefilling 2k tokens there would take minutes.
-            warm_up_history: match flavor {
-                "cpu" => 0,
-                _ => 2048,
-            },
-            // H200: a round of 4 rows costs ~3.2 pipelined steps (host-bound dispatch), so rounds
-            // pay from ~2.2 accepted drafts; the CPU ~2.4. Metal, unmeasured: between ~0.3 (a
-            // step is bound by reading the weights, which a verify reads once for all its rows)
-            // and ~1.5 (mlx-vlm's round cost measured on a MacBook Pro, its issue #1121): 1.0
-            // until measured on a Mac (docs/SPECULATIVE.md, bench/results.md).
-            min_drafts_accepted: match flavor {
-                "metal" => 1.0,
-                _ if cuda => 2.2,
-                _ => 2.4,
             },
             batched_rows: true,
         }

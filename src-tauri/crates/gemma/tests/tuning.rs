@@ -57,8 +57,6 @@ fn plain() -> Tuning {
         cpu_lanes: 1,
         dense_from: DenseFrom::all(None),
         fused_single_query_head_dims: &[],
-        warm_up_history: 0,
-        min_drafts_accepted: 0.3,
         batched_rows: true,
     }
 }
