@@ -202,12 +202,17 @@ const long = await client.chat.completions.create(
   { signal: controller.signal },
 );
 let seen = 0;
-// The SDK ends the iteration quietly on its own abort (no exception).
+// The SDK ends the iteration quietly on its own abort (no exception). Chunks that had already
+// arrived in the same read are still handed out (a loaded machine delivers many at once), so
+// the check is that the stream ended long before its 400 tokens, not at exactly 3.
 for await (const _ of long) {
   seen += 1;
   if (seen === 3) controller.abort();
 }
-check(controller.signal.aborted && seen === 3, `the client left the stream after ${seen} chunks`);
+check(
+  controller.signal.aborted && seen >= 3 && seen < 100,
+  `the client left the stream after ${seen} chunks (aborted after 3)`,
+);
 const after = await client.chat.completions.create({ model, messages, max_tokens: 2, temperature: 0 });
 check(after.choices[0].message.content.length >= 0 && after.usage.completion_tokens >= 1, "the next request is answered after an abort");
 
