@@ -6,11 +6,7 @@ use super::*;
 #[test]
 fn export_delete_import_gives_back_every_message_and_image_byte_for_byte() {
     let h = Harness::with_model();
-    let image = image::RgbImage::from_pixel(40, 30, image::Rgb([10, 200, 30]));
-    let mut png = Vec::new();
-    image
-        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
-        .unwrap();
+    let png = png_of(40, 30, [10, 200, 30]);
     let pending = h.state.attachments.add_bytes("green.png", &png).unwrap();
     let settings = Settings {
         image_token_budget: 70,

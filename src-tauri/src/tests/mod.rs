@@ -349,3 +349,12 @@ fn model_states(events: &Recorder) -> Vec<ModelState> {
         })
         .collect()
 }
+
+/// A PNG of `width` × `height` pixels of one colour, as a user would drop it.
+fn png_of(width: u32, height: u32, rgb: [u8; 3]) -> Vec<u8> {
+    let mut png = Vec::new();
+    image::RgbImage::from_pixel(width, height, image::Rgb(rgb))
+        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .unwrap();
+    png
+}

@@ -158,21 +158,12 @@ fn regenerating_a_stopped_answer_reads_the_question_not_the_stopped_text() {
 #[test]
 fn an_edited_question_and_its_regenerated_answer_read_only_the_new_branch() {
     let h = Harness::with_model_f32();
-    let first = h.send("Question one", &short()).unwrap();
-    h.finish(first.generation_id);
-    let id = first.conversation.id.clone();
-    let follow = h.send_to(Some(&id), "Question two", &short()).unwrap();
-    h.finish(follow.generation_id);
+    let (id, question_one) = two_questions(&h);
 
     let edited = h
         .state
         .chat
-        .edit(
-            &id,
-            &first.user_message.id,
-            "Question one, edited",
-            &short(),
-        )
+        .edit(&id, &question_one, "Question one, edited", &short())
         .unwrap();
     let usage = usage_of(&h.finish(edited.generation_id));
     assert_eq!(
@@ -185,22 +176,13 @@ fn an_edited_question_and_its_regenerated_answer_read_only_the_new_branch() {
 #[test]
 fn editing_a_question_branches_and_the_old_branch_comes_back_after_a_restart() {
     let h = Harness::with_model();
-    let first = h.send("Question one", &short()).unwrap();
-    h.finish(first.generation_id);
-    let id = first.conversation.id.clone();
-    let follow = h.send_to(Some(&id), "Question two", &short()).unwrap();
-    h.finish(follow.generation_id);
+    let (id, question_one) = two_questions(&h);
     let before = shown(&h, &id);
 
     let edited = h
         .state
         .chat
-        .edit(
-            &id,
-            &first.user_message.id,
-            "Question one, edited",
-            &short(),
-        )
+        .edit(&id, &question_one, "Question one, edited", &short())
         .unwrap();
     h.finish(edited.generation_id);
     let now = shown(&h, &id);
@@ -226,4 +208,14 @@ fn editing_a_question_branches_and_the_old_branch_comes_back_after_a_restart() {
         .map(|m| (m.text, m.version, m.versions))
         .collect();
     assert_eq!(texts, restored);
+}
+
+/// A chat of two answered questions: its id and the first question's id.
+fn two_questions(h: &Harness) -> (String, String) {
+    let first = h.send("Question one", &short()).unwrap();
+    h.finish(first.generation_id);
+    let id = first.conversation.id.clone();
+    let follow = h.send_to(Some(&id), "Question two", &short()).unwrap();
+    h.finish(follow.generation_id);
+    (id, first.user_message.id)
 }
