@@ -5,6 +5,8 @@ const COMMANDS: &[&str] = &[
     "download_model",
     "cancel_download",
     "forget_model",
+    "recent_models",
+    "open_recent_model",
     "memory_usage",
     "list_conversations",
     "get_conversation",

@@ -40,6 +40,7 @@ fn ui_bindings_are_current() {
     AppStatus::export_all(&config).unwrap();
     CommandError::export_all(&config).unwrap();
     ModelState::export_all(&config).unwrap();
+    crate::model_setup::RecentModel::export_all(&config).unwrap();
     MemoryUsage::export_all(&config).unwrap();
     Settings::export_all(&config).unwrap();
     PendingAttachment::export_all(&config).unwrap();

@@ -16,7 +16,7 @@ use crate::events::Events;
 use crate::faster::FasterAnswers;
 use crate::local_api::{ApiLogEntry, LocalApiChange, LocalApiStatus};
 use crate::memory::{self, MemoryUsage};
-use crate::model_setup::ModelState;
+use crate::model_setup::{ModelState, RecentModel};
 use crate::settings::Settings;
 use crate::state::AppState;
 use crate::status::{self, AppStatus};
@@ -72,6 +72,19 @@ pub fn download_model(state: Shared<'_>, repo: Option<String>) -> Result<(), Err
 pub async fn forget_model(state: Shared<'_>) -> Result<ModelState, Error> {
     let models = state.models.clone();
     blocking(move || models.forget()).await
+}
+
+/// The model folders loaded lately that are still here, newest first.
+#[tauri::command]
+pub fn recent_models(state: Shared<'_>) -> Vec<RecentModel> {
+    state.models.recent()
+}
+
+/// Loads a folder of the recent list in place of the model in use.
+#[tauri::command]
+pub async fn open_recent_model(state: Shared<'_>, dir: String) -> Result<ModelState, Error> {
+    let models = state.models.clone();
+    blocking(move || models.open_recent(&dir)).await
 }
 
 #[tauri::command]

@@ -68,6 +68,8 @@ fn run() -> anyhow::Result<()> {
             commands::download_model,
             commands::cancel_download,
             commands::forget_model,
+            commands::recent_models,
+            commands::open_recent_model,
             commands::memory_usage,
             commands::list_conversations,
             commands::get_conversation,

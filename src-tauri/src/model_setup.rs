@@ -57,6 +57,15 @@ pub enum ModelState {
     },
 }
 
+/// A model folder loaded lately, offered to load again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, TS)]
+pub struct RecentModel {
+    /// The name it goes by (as when it is loaded).
+    pub name: String,
+    /// Its folder.
+    pub dir: String,
+}
+
 /// A download of another checkpoint beside the model in use: it answers until the new one is
 /// there and loads in its place.
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
@@ -74,7 +83,7 @@ pub const DOWNLOADS: [(&str, &str); 2] = [
     (models::DEFAULT_REPO, "Gemma 4 E4B, 4-bit (~5 GB)"),
     (
         "mlx-community/gemma-4-e4b-it-8bit",
-        "Gemma 4 E4B, 8-bit (larger and slower, closer to the original)",
+        "Gemma 4 E4B, 8-bit (~9 GB; slower, closer to the original)",
     ),
 ];
 
@@ -221,6 +230,33 @@ impl Models {
         self.load(&candidate)
     }
 
+    /// The model folders loaded lately, newest first, that are still on this computer (the one
+    /// in use included: the UI marks it).
+    pub fn recent(&self) -> Vec<RecentModel> {
+        Settings::recent_models(&self.store)
+            .into_iter()
+            .filter(|dir| Path::new(dir).is_dir())
+            .map(|dir| RecentModel {
+                name: self.named_dir(Path::new(&dir), models::display_name(Path::new(&dir))),
+                dir,
+            })
+            .collect()
+    }
+
+    /// Loads a folder of the recent list again (as [`Models::choose`] does); a folder not on
+    /// the list is refused: the UI offers the list, it does not name folders of its own.
+    pub fn open_recent(&self, dir: &str) -> Result<ModelState, Error> {
+        if !Settings::recent_models(&self.store)
+            .iter()
+            .any(|known| known == dir)
+        {
+            return Err(Error::Invalid(format!(
+                "{dir} is not one of the recent model folders"
+            )));
+        }
+        self.choose(Path::new(dir))
+    }
+
     /// Unloads the model and forgets it, so the next start shows the model picker too. An
     /// answer being written is stopped first (it is kept, marked stopped).
     pub fn forget(&self) -> Result<ModelState, Error> {
@@ -246,8 +282,7 @@ impl Models {
             name: candidate.name.clone(),
             dir: dir.clone(),
             stage: format!(
-                "Loading {} ({:.1} GB)",
-                candidate.name,
+                "Reading {:.1} GB of weights",
                 gigabytes(candidate.size_bytes)
             ),
         });
@@ -266,6 +301,7 @@ impl Models {
                     download: None,
                 };
                 let _ = Settings::remember_model(&self.store, Some(&dir));
+                let _ = Settings::remember_recent(&self.store, &dir);
                 self.apply_faster_answers(&candidate.dir);
                 self.set(ready.clone());
                 Ok(ready)
@@ -359,7 +395,7 @@ impl Models {
                     repo,
                     models_dir,
                     failed: Some(format!(
-                        "The download stopped: {err}. Try again to resume it."
+                        "The download stopped: {err}. Download again to resume it: what arrived is kept."
                     )),
                 },
                 other => other,
@@ -391,15 +427,22 @@ impl Models {
     /// while it downloaded, whether it is loaded right after or at a later start.
     fn named(&self, candidate: &ModelCandidate) -> ModelCandidate {
         let mut named = candidate.clone();
-        if candidate.dir.parent() == Some(self.models_dir.as_path()) {
+        named.name = self.named_dir(&candidate.dir, candidate.name.clone());
+        named
+    }
+
+    /// The name the model folder `dir` goes by: its repository id when it is a download of the
+    /// app's in its models folder, else `name`.
+    fn named_dir(&self, dir: &Path, name: String) -> String {
+        if dir.parent() == Some(self.models_dir.as_path()) {
             if let Some((repo, _)) = DOWNLOADS
                 .iter()
-                .find(|(repo, _)| repo.rsplit('/').next() == Some(candidate.name.as_str()))
+                .find(|(repo, _)| repo.rsplit('/').next() == Some(name.as_str()))
             {
-                named.name = (*repo).to_owned();
+                return (*repo).to_owned();
             }
         }
-        named
+        name
     }
 
     /// Starts downloading `repo` (one of [`DOWNLOADS`]; `None`: the default) on a background
@@ -472,7 +515,7 @@ impl Models {
                     self.set_side_download(Some(side(
                         None,
                         Some(format!(
-                            "The download stopped: {err}. Try again to resume it."
+                            "The download stopped: {err}. Download again to resume it: what arrived is kept."
                         )),
                     )));
                     return;
@@ -497,7 +540,7 @@ impl Models {
             }),
             Err(err) => self.set(ModelState::Failed {
                 dir: None,
-                message: format!("The download stopped: {err}. Try again to resume it."),
+                message: format!("The download stopped: {err}. Download again to resume it: what arrived is kept."),
             }),
         }
     }

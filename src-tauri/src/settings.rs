@@ -15,6 +15,10 @@ const KEY: &str = "generation";
 const MODEL_KEY: &str = "model_dir";
 /// Key of the "Faster answers" switch (speculative decoding; on unless switched off).
 const FASTER_KEY: &str = "faster_answers";
+/// Key of the model folders loaded lately, newest first (Settings → Model, the first-run screen).
+const RECENT_KEY: &str = "recent_models";
+/// How many model folders the recent list keeps.
+pub const RECENT_MODELS: usize = 8;
 
 /// The largest context the model was trained for (Gemma 4 E4B: 128K positions).
 pub const MAX_CONTEXT: u32 = 131_072;
@@ -149,6 +153,24 @@ impl Settings {
     /// Switches "Faster answers".
     pub fn set_faster_answers(store: &Store, on: bool) -> Result<(), Error> {
         Ok(store.set_setting(FASTER_KEY, &on)?)
+    }
+
+    /// The model folders loaded lately, newest first (at most [`RECENT_MODELS`]).
+    pub fn recent_models(store: &Store) -> Vec<String> {
+        store
+            .get_setting::<Vec<String>>(RECENT_KEY)
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    /// Puts `dir` first in the recent list (once), dropping the oldest past [`RECENT_MODELS`].
+    pub fn remember_recent(store: &Store, dir: &str) -> Result<(), Error> {
+        let mut recent = Self::recent_models(store);
+        recent.retain(|known| known != dir);
+        recent.insert(0, dir.to_owned());
+        recent.truncate(RECENT_MODELS);
+        Ok(store.set_setting(RECENT_KEY, &recent)?)
     }
 
     /// The model folder loaded last, if any.
@@ -319,6 +341,25 @@ mod tests {
 
     fn limits_chars() -> usize {
         SettingsLimits::default().system_prompt_chars as usize
+    }
+
+    #[test]
+    fn recent_models_are_newest_first_once_each_and_at_most_eight() {
+        let (_dir, store) = store();
+        assert!(Settings::recent_models(&store).is_empty());
+        for n in 0..10 {
+            Settings::remember_recent(&store, &format!("/models/{n}")).unwrap();
+        }
+        Settings::remember_recent(&store, "/models/5").unwrap();
+        let recent = Settings::recent_models(&store);
+        assert_eq!(recent.len(), RECENT_MODELS);
+        assert_eq!(recent[0], "/models/5");
+        assert_eq!(recent[1], "/models/9");
+        assert_eq!(recent.iter().filter(|d| *d == "/models/5").count(), 1);
+        assert!(!recent.contains(&"/models/0".to_owned()));
+        // Forgetting the model in use keeps the list: it is how a user gets back to it.
+        Settings::remember_model(&store, None).unwrap();
+        assert_eq!(Settings::recent_models(&store), recent);
     }
 
     #[test]

@@ -580,7 +580,10 @@ class Scenario:
             stats, generated = answer_stats(s, answer.id)
             check(generated <= SHORT_ANSWER, f"{generated} tokens were generated with the limit set to {SHORT_ANSWER}: {stats!r}")
             # The fixture's assistant drafter sits beside the model: Faster answers is on by default.
-            check("tokens/round" in stats, f"the answer was not drafted (Faster answers, on by default): {stats!r}")
+            # The line says it only when drafts were kept; the details always do.
+            line = s.find(f'{testid("message")}[data-message-id="{answer.id}"] {testid("answer-stats")}')
+            details = (s.attribute(line, "title") if line else None) or ""
+            check("tokens per check" in details, f"the answer was not drafted (Faster answers, on by default): {details!r}")
             check(win.shown(testid("send")) is not None, "the Send button did not come back")
             messages = win.messages()
             check([m.role for m in messages] == ["user", "assistant"], f"messages: {messages}")

@@ -31,6 +31,7 @@ import type { MessageStatus } from "./bindings/MessageStatus";
 import type { ModelState } from "./bindings/ModelState";
 import type { SideDownload } from "./bindings/SideDownload";
 import type { PendingAttachment } from "./bindings/PendingAttachment";
+import type { RecentModel } from "./bindings/RecentModel";
 import type { SearchHit } from "./bindings/SearchHit";
 import type { SendRequest } from "./bindings/SendRequest";
 import type { Sent } from "./bindings/Sent";
@@ -66,6 +67,7 @@ export type {
   ModelState,
   SideDownload,
   PendingAttachment,
+  RecentModel,
   SearchHit,
   SendRequest,
   Sent,
@@ -130,6 +132,16 @@ export function downloadModel(repo: string | null = null): Promise<void> {
 /** Unloads the model and forgets it, back to the model picker. */
 export function forgetModel(): Promise<ModelState> {
   return call("forget_model");
+}
+
+/** The model folders loaded lately that are still on this computer, newest first. */
+export function recentModels(): Promise<RecentModel[]> {
+  return call("recent_models");
+}
+
+/** Loads a folder of `recentModels` in place of the model in use, as choosing it would. */
+export function openRecentModel(dir: string): Promise<ModelState> {
+  return call("open_recent_model", { dir });
 }
 
 export function cancelDownload(): Promise<void> {

@@ -5,6 +5,7 @@ import type {
   Message,
   ModelState,
   PendingAttachment,
+  RecentModel,
   Settings,
   SettingsLimits,
 } from "./api";
@@ -50,6 +51,8 @@ export function createState() {
     status: new Value<AppStatus | null>(null),
     model: new Value<ModelState>({ state: "none" }),
     setup: new Store<SetupState>({ busy: false, error: null }),
+    /** The model folders loaded lately, newest first (the first-run screen, Settings → Model). */
+    recentModels: new Value<RecentModel[]>([], (a, b) => JSON.stringify(a) === JSON.stringify(b)),
     /** null until read. */
     settings: new Value<Settings | null>(null),
     /** What each setting may be, as the backend enforces it; null until the status came. */

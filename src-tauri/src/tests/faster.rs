@@ -219,3 +219,43 @@ fn a_drafter_download_that_fails_says_why_and_the_model_answers_alone() {
         Err(Error::NoModel)
     ));
 }
+
+#[test]
+fn switching_models_checks_the_drafter_against_the_new_one_and_never_keeps_the_old_one() {
+    use crate::faster::FasterAnswers;
+    let h = Harness::new();
+    Settings::set_faster_answers(&h.state.store, true).unwrap();
+    // The tiny model: its assistant sits beside it and fits.
+    h.state.models.choose(&fixture()).unwrap();
+    assert!(matches!(
+        h.state.models.faster_answers(),
+        FasterAnswers::On { ref drafter, .. } if drafter.ends_with("tiny-assistant")
+    ));
+    // Another model whose only drafter was made for a different target: refused, and the
+    // drafter of the model before does not carry over.
+    let root = tempfile::tempdir().unwrap();
+    let misfit = |c: &mut serde_json::Value| c["text_config"]["sliding_window"] = 64.into();
+    let other = model_with_drafter(root.path(), Some(&misfit));
+    h.state.models.choose(&other).unwrap();
+    match h.state.models.faster_answers() {
+        FasterAnswers::Refused { drafter, .. } => {
+            assert!(
+                drafter.starts_with(&root.path().display().to_string()),
+                "{drafter}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    let sent = h.send("Hello", &short()).unwrap();
+    let events = h.finish(sent.generation_id);
+    let Some(GenerationEvent::Done { usage, .. }) = events.last() else {
+        panic!("{events:?}");
+    };
+    assert_eq!(usage.tokens_per_round, None, "answered without a drafter");
+    // Back to the tiny model: its own assistant again.
+    h.state.models.choose(&fixture()).unwrap();
+    assert!(matches!(
+        h.state.models.faster_answers(),
+        FasterAnswers::On { ref drafter, .. } if drafter.ends_with("tiny-assistant")
+    ));
+}

@@ -234,3 +234,80 @@ fn only_the_offered_checkpoints_can_be_downloaded() {
     );
     assert_eq!(h.state.models.state(), ModelState::None);
 }
+
+#[test]
+fn recent_model_folders_are_offered_after_forget_and_load_again_without_browsing() {
+    let h = Harness::with_model();
+    let other = fixture_named("tiny-plmp-bf16");
+    h.state.models.choose(&other).unwrap();
+    let names = |h: &Harness| -> Vec<String> {
+        h.state
+            .models
+            .recent()
+            .into_iter()
+            .map(|recent| recent.name)
+            .collect()
+    };
+    assert_eq!(names(&h), ["tiny-plmp-bf16", "tiny"]);
+
+    // Forget leaves the list: it is the way back.
+    h.state.models.forget().unwrap();
+    assert_eq!(names(&h), ["tiny-plmp-bf16", "tiny"]);
+    let tiny = fixture().display().to_string();
+    let state = h.state.models.open_recent(&tiny).unwrap();
+    assert!(
+        matches!(&state, ModelState::Ready { name, .. } if name == "tiny"),
+        "{state:?}"
+    );
+    assert_eq!(names(&h), ["tiny", "tiny-plmp-bf16"]);
+
+    // A folder that is not on the list is refused in words; the model in use stays.
+    let elsewhere = h.data_dir.join("elsewhere").display().to_string();
+    let err = h.state.models.open_recent(&elsewhere).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("not one of the recent model folders"),
+        "{err}"
+    );
+    assert!(matches!(h.state.models.state(), ModelState::Ready { name, .. } if name == "tiny"));
+
+    // A folder that is gone is no longer offered.
+    let root = tempfile::tempdir().unwrap();
+    let copy = root.path().join("gemma-copy");
+    std::fs::create_dir_all(&copy).unwrap();
+    for entry in std::fs::read_dir(fixture()).unwrap().flatten() {
+        std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
+    }
+    h.state.models.choose(&copy).unwrap();
+    assert_eq!(names(&h), ["gemma-copy", "tiny", "tiny-plmp-bf16"]);
+    h.state.models.choose(&fixture()).unwrap();
+    std::fs::remove_dir_all(&copy).unwrap();
+    assert_eq!(names(&h), ["tiny", "tiny-plmp-bf16"]);
+}
+
+#[test]
+fn loading_says_what_it_reads_without_repeating_the_model_name() {
+    let h = Harness::new();
+    h.state
+        .models
+        .choose(&fixture_named("tiny-audio-e4b"))
+        .unwrap();
+    let stages: Vec<(String, String)> = h
+        .events
+        .all()
+        .into_iter()
+        .filter_map(|e| match e {
+            Recorded::ModelState(ModelState::Loading { name, stage, .. }) => Some((name, stage)),
+            _ => None,
+        })
+        .collect();
+    let [(name, stage)] = &stages[..] else {
+        panic!("{stages:?}");
+    };
+    assert_eq!(name, "tiny-audio-e4b");
+    assert!(!stage.contains(name.as_str()), "{stage}");
+    assert!(
+        stage.starts_with("Reading ") && stage.ends_with(" GB of weights"),
+        "{stage}"
+    );
+}

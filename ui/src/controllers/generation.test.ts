@@ -475,7 +475,7 @@ describe("answer stats", () => {
     expect(stats[1]).not.toContain("reused");
   });
 
-  it("say how many tokens each round gave when the answer was drafted, and nothing when it was not", async () => {
+  it("say in words how many tokens each check gave when drafts were kept, and nothing otherwise", async () => {
     backend.addConversation("Drafted", [
       message({ id: "u1", conversationId: "", role: "user", text: "Hi" }),
       message({
@@ -487,13 +487,28 @@ describe("answer stats", () => {
       }),
       message({ id: "u2", conversationId: "", role: "user", text: "More" }),
       message({ id: "a2", conversationId: "", role: "assistant", text: "Sure", usage: usage() }),
+      // Drafted, but no draft was kept: one token per check, as without a drafter.
+      message({ id: "u3", conversationId: "", role: "user", text: "Again" }),
+      message({
+        id: "a3",
+        conversationId: "",
+        role: "assistant",
+        text: "Yes",
+        usage: { ...usage(), tokensPerRound: 1.0 },
+      }),
     ]);
     await mount();
     click(root.querySelector(".item-button"));
     await settle();
     const stats = $$("answer-stats").map((s) => s.textContent ?? "");
-    expect(stats[0]).toContain("2.5 tokens/round");
-    expect(stats[1]).not.toContain("tokens/round");
+    expect(stats[0]).toContain("Drafted: 2.5 tokens per check");
+    for (const text of stats) expect(text).not.toContain("tokens/round");
+    expect(stats[1]).not.toContain("Drafted");
+    expect(stats[2]).not.toContain("Drafted");
+    // The details keep the number for every drafted answer, the line only when it says something.
+    const details = $$("answer-stats").map((s) => s.title);
+    expect(details[2]).toContain("Faster answers: 1.0 tokens per check");
+    expect(details[1]).not.toContain("Faster answers");
   });
 });
 

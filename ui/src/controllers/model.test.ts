@@ -140,10 +140,71 @@ describe("first run", () => {
     emit("model-state", {
       state: "failed",
       dir: null,
-      message: "The download stopped: huggingface.co cannot be reached. Try again to resume it.",
+      message:
+        "The download stopped: huggingface.co cannot be reached. Download again to resume it: what arrived is kept.",
     });
     expect(root.querySelector("#first-run-title")?.textContent).toBe("The download did not finish");
-    expect($("setup-error")?.textContent).toContain("Try again to resume it.");
+    // The words name the button beside them.
+    expect($("setup-error")?.textContent).toContain("Download again to resume it: what arrived is kept.");
+    expect($("download")?.textContent).toMatch(/^Download /);
+    // Nothing was loading: the status bar does not say a model failed to load, nor shows red.
+    expect($("model-status")?.textContent).toBe("No model: the download stopped");
+    expect(root.querySelector(".status-dot")?.classList.contains("failed")).toBe(false);
+  });
+
+  it("drops the stopped download's heading when a later action fails for its own reason", async () => {
+    handle("choose_model_folder", () => {
+      throw { kind: "modelInvalid", message: "/m/photos: This folder has no config.json." };
+    });
+    await mount();
+    emit("model-state", { state: "failed", dir: null, message: "The download stopped: disk full." });
+    click($("choose-folder"));
+    await settle();
+    expect($("setup-error")?.textContent).toBe("/m/photos: This folder has no config.json.");
+    expect(root.querySelector("#first-run-title")?.textContent).toBe("That did not work");
+    expect(root.querySelector("#first-run-title")?.textContent).not.toContain("download");
+  });
+
+  it("shows the models folder as a sentence, not as a field", async () => {
+    backend.status.modelsDir = "/Users/ada/Models";
+    await mount();
+    const note = $("models-dir-note");
+    expect(note?.tagName).toBe("P");
+    expect(note?.textContent).toBe(
+      "Downloads go to /Users/ada/Models; a model folder put there is found at the next start.",
+    );
+    expect(root.querySelector("main code.path, main input")).toBeNull();
+    expect(root.querySelector("#models-dir-label")).toBeNull();
+  });
+
+  it("offers the recent model folders and loads one without browsing", async () => {
+    backend.recent = [
+      { name: "gemma-4-e4b-it-8bit", dir: "/Users/ada/Models/gemma-4-e4b-it-8bit" },
+      { name: "mlx-community/gemma-4-e4b-it-4bit", dir: "/hf/snapshots/abc" },
+    ];
+    await mount();
+    const buttons = [...root.querySelectorAll<HTMLButtonElement>('[data-testid="recent-models"] button')];
+    expect(buttons.map((b) => b.textContent)).toEqual([
+      "gemma-4-e4b-it-8bit/Users/ada/Models/gemma-4-e4b-it-8bit",
+      "mlx-community/gemma-4-e4b-it-4bit/hf/snapshots/abc",
+    ]);
+    click(buttons[1] ?? null);
+    await settle();
+    expect(callsOf("open_recent_model").at(-1)?.args).toEqual({ dir: "/hf/snapshots/abc" });
+    expect($("first-run")).toBeNull();
+    expect($("model-status")?.textContent).toBe("mlx-community/gemma-4-e4b-it-4bit");
+  });
+
+  it("says why a recent folder could not be loaded, in words", async () => {
+    backend.recent = [{ name: "gone", dir: "/m/gone" }];
+    handle("open_recent_model", () => {
+      throw { kind: "modelInvalid", message: "/m/gone: config.json is missing" };
+    });
+    await mount();
+    click(root.querySelector('[data-testid="recent-models"] button'));
+    await settle();
+    expect($("setup-error")?.textContent).toBe("/m/gone: config.json is missing");
+    expect($("first-run")).not.toBeNull();
   });
 });
 
@@ -199,7 +260,8 @@ describe("settings → model", () => {
     expect(fact(panel, "Parameters")).toBe("7.9 billion");
     expect(fact(panel, "Context limit")).toBe("8,192 tokens");
     expect(fact(panel, "Images")).toBe("yes");
-    expect(fact(panel, "Audio")).toBe("in the checkpoint (Gemma Desk does not use it)");
+    // Audio clips are attached or recorded and heard by the model: say so.
+    expect(fact(panel, "Audio")).toBe("yes (attach or record a clip)");
   });
 
   it("loads another folder and shows what it is", async () => {
@@ -227,7 +289,7 @@ describe("settings → model", () => {
     expect(fact(panel, "Name")).toBe("gemma-4-e4b-it-bf16");
     expect(fact(panel, "Weights")).toBe("bfloat16, not quantized");
     expect(fact(panel, "Size on disk")).toBe("15 GB");
-    expect(fact(panel, "Audio")).toBe("no");
+    expect(fact(panel, "Audio")).toBe("no (this checkpoint has no audio tower)");
     expect($("model-status")?.textContent).toBe("gemma-4-e4b-it-bf16");
   });
 
@@ -304,7 +366,7 @@ describe("settings → model", () => {
         repo: "mlx-community/gemma-4-e4b-it-8bit",
         progress: null,
         failed:
-          "The download stopped: cannot reach huggingface.co; check the internet connection. Try again to resume it.",
+          "The download stopped: cannot reach huggingface.co; check the internet connection. Download again to resume it: what arrived is kept.",
       },
     });
     expect($("model-download-failed")?.textContent).toContain("cannot reach huggingface.co");
@@ -321,6 +383,56 @@ describe("settings → model", () => {
     expect(($("settings-dialog") as HTMLDialogElement).open).toBe(false);
     expect($("first-run")).not.toBeNull();
     expect($("download")).not.toBeNull();
+  });
+
+  it("keeps the forgotten model in the recent list so going back needs no browsing", async () => {
+    backend.recent = [{ name: "Gemma 4 E4B", dir: "/models/gemma-4-e4b" }];
+    handle("forget_model", () => ({ state: "none" }));
+    await openModelSettings();
+    // The model in use is not offered to itself.
+    expect($("model-recent")).toBeNull();
+    click($("model-forget"));
+    await settle();
+    const back = root.querySelector<HTMLButtonElement>('[data-testid="recent-models"] button');
+    expect(back?.textContent).toBe("Gemma 4 E4B/models/gemma-4-e4b");
+    click(back);
+    await settle();
+    expect(callsOf("open_recent_model").at(-1)?.args).toEqual({ dir: "/models/gemma-4-e4b" });
+    expect($("first-run")).toBeNull();
+  });
+
+  it("offers the other recent models in Settings and switches to one", async () => {
+    backend.recent = [
+      { name: "Gemma 4 E4B", dir: "/models/gemma-4-e4b" },
+      { name: "gemma-4-e4b-it-8bit", dir: "/models/gemma-4-e4b-it-8bit" },
+    ];
+    const panel = await openModelSettings();
+    const buttons = [...panel.querySelectorAll<HTMLButtonElement>('[data-testid="model-recent"] button')];
+    expect(buttons.map((b) => b.dataset.dir)).toEqual(["/models/gemma-4-e4b-it-8bit"]);
+    click(buttons[0] ?? null);
+    await settle();
+    expect(fact(panel, "Name")).toBe("gemma-4-e4b-it-8bit");
+    expect(fact(panel, "Folder")).toBe("/models/gemma-4-e4b-it-8bit");
+  });
+
+  it("shows the size of each download it offers", async () => {
+    const panel = await openModelSettings();
+    const options = [...panel.querySelectorAll('[data-testid="model-download-choice"] option')];
+    expect(options.map((o) => o.textContent)).toEqual(DOWNLOADS.map((d) => d.label));
+    for (const option of options) expect(option.textContent).toMatch(/~\d+ GB/);
+  });
+
+  it("says what loading reads, without the model's name twice", async () => {
+    const panel = await openModelSettings();
+    emit("model-state", {
+      state: "loading",
+      name: "tiny-audio-e4b",
+      dir: "/m/tiny-audio-e4b",
+      stage: "Reading 0.6 GB of weights",
+    });
+    const line = panel.querySelector('[data-testid="model-panel-status"]')?.textContent ?? "";
+    expect(line).toBe("Loading tiny-audio-e4b: Reading 0.6 GB of weights");
+    expect(line.split("tiny-audio-e4b")).toHaveLength(2);
   });
 
   it("says that switching stops the answer being written", async () => {

@@ -28,6 +28,30 @@ export class ModelController {
     if (state.state === "ready" || state.state === "downloading" || state.state === "loading")
       setup.patch({ error: null });
     if (state.state === "ready" && !wasReady) void this.refreshMemory();
+    // A load adds to the recent list; Forget and failures show it to go back.
+    if (state.state !== "loading" && state.state !== "downloading") void this.refreshRecent();
+  }
+
+  /** Loads a folder of the recent list (the first-run screen's buttons). */
+  async openRecent(dir: string): Promise<void> {
+    const { setup } = this.shared.state;
+    setup.patch({ busy: true, error: null });
+    try {
+      this.apply(await api.openRecentModel(dir));
+    } catch (error) {
+      setup.patch({ error: errorMessage(error) });
+    } finally {
+      setup.patch({ busy: false });
+    }
+  }
+
+  /** Reads the recent model folders again; an unreadable list is an empty one. */
+  async refreshRecent(): Promise<void> {
+    try {
+      this.shared.state.recentModels.set(await api.recentModels());
+    } catch {
+      this.shared.state.recentModels.set([]);
+    }
   }
 
   async chooseFolder(): Promise<void> {

@@ -74,7 +74,7 @@ export class ScreenController {
       }),
       generating.subscribe((ids) => sidebar.setGenerating(ids)),
       pending.subscribe((attachments) => composer.setAttachments(attachments)),
-      watch([status, model, setup, chat], () => this.refreshMain()),
+      watch([status, model, setup, chat, this.shared.state.recentModels], () => this.refreshMain()),
       watch([conversations, chat], () => this.refreshTitle()),
       watch([settings, chat], () => this.refreshSystemPrompt()),
       watch([model, settings, chat, sending, generating, contextFull], () => this.refreshChat()),
@@ -99,11 +99,12 @@ export class ScreenController {
       this.main.replaceChildren(
         setupView(
           model,
-          { modelsDir: status.modelsDir, platform: status.platform, busy, error },
+          { modelsDir: status.modelsDir, platform: status.platform, busy, error, recent: state.recentModels.get() },
           {
             download: () => void this.model.download(),
             cancelDownload: () => void this.model.cancelDownload(),
             chooseFolder: () => void this.model.chooseFolder(),
+            openRecent: (dir) => void this.model.openRecent(dir),
           },
         ),
       );

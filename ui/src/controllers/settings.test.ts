@@ -6,6 +6,7 @@ import "../test/dialog-polyfill";
 import { describe, expect, it, vi } from "vitest";
 
 import { drafterProgress } from "../test/backend";
+import { drafterName } from "../views/faster-answers";
 import { callsOf, handle } from "../test/fake-tauri";
 import { root, backend, settle, mount, $, press, click, useWindow } from "../test/window";
 
@@ -31,6 +32,30 @@ describe("settings", () => {
       settings: { ...backend.settings, temperature: 0.7, thinking: true },
     });
     expect(dialog.open).toBe(false);
+  });
+
+  it("keeps Save and Cancel outside the part that scrolls, and says what acts at once", async () => {
+    backend.localApi = { ...backend.localApi, enabled: true, running: true };
+    await mount();
+    click($("settings"));
+    await settle();
+    const body = $("settings-body") as HTMLElement;
+    const footer = $("settings-footer") as HTMLElement;
+    // Every section scrolls inside the body; the footer is beside it, never in it.
+    for (const panel of ["model-panel", "faster-panel", "local-api-panel"])
+      expect(body.contains($(panel)), panel).toBe(true);
+    expect(body.contains($("setting-temperature"))).toBe(true);
+    expect(body.contains(footer)).toBe(false);
+    expect(footer.contains($("settings-save"))).toBe(true);
+    expect(footer.contains($("settings-cancel"))).toBe(true);
+    expect($("settings-rule")?.textContent).toBe(
+      "Model, Faster answers and Local API act at once. Save applies the answer settings.",
+    );
+    // Save, outside the form, still submits it.
+    ($("setting-topK") as HTMLInputElement).value = "20";
+    click($("settings-save"));
+    await settle();
+    expect(callsOf("save_settings").at(-1)?.args).toEqual({ settings: { ...backend.settings, topK: 20 } });
   });
 
   it("refuses invalid values with a message next to the field", async () => {
@@ -120,7 +145,7 @@ describe("faster answers (Settings)", () => {
     await settle();
     expect(callsOf("set_faster_answers").at(-1)?.args).toEqual({ on: false });
     expect(status()).toContain(
-      "Off: answers come from the model alone. When on, /models/gemma-4-E4B-it-assistant-bf16",
+      "Off: answers come from the model alone. When on, the assistant model gemma-4-E4B-it-assistant-bf16 drafts them.",
     );
     expect(toggle()?.checked).toBe(false);
     const again = toggle() as HTMLInputElement;
@@ -151,7 +176,13 @@ describe("faster answers (Settings)", () => {
       blockSize: 4,
       parameters: 78_517_764,
     });
-    expect(status()).toContain("On: /models/gemma-4-E4B-it-assistant-bf16 drafts 3 tokens at a time");
+    expect(status()).toContain(
+      "On: the assistant model gemma-4-E4B-it-assistant-bf16, checked to fit the model in use, drafts 3 tokens at a time",
+    );
+    expect(status()).not.toContain("/models/");
+    expect(panel.querySelector('[data-testid="faster-folder"]')?.textContent).toBe(
+      "Folder: /models/gemma-4-E4B-it-assistant-bf16",
+    );
     expect(panel.querySelector('[data-testid="faster-download-progress"]')).toBeNull();
   });
 
@@ -161,7 +192,7 @@ describe("faster answers (Settings)", () => {
       repo: "mlx-community/gemma-4-E4B-it-assistant-bf16",
       modelsDir: "/models",
       failed:
-        "The download stopped: cannot reach huggingface.co; check the internet connection. Try again to resume it.",
+        "The download stopped: cannot reach huggingface.co; check the internet connection. Download again to resume it: what arrived is kept.",
     };
     const panel = await openFaster();
     expect(panel.querySelector('[data-testid="faster-download-failed"]')?.textContent).toContain(
@@ -170,6 +201,15 @@ describe("faster answers (Settings)", () => {
     expect(panel.querySelector('[data-testid="faster-download"]')?.textContent).toBe(
       "Download Assistant Model (159 MB)",
     );
+  });
+
+  it("names a drafter from the Hugging Face cache by its repository, not its snapshot hash", () => {
+    expect(
+      drafterName(
+        "/Users/ada/.cache/huggingface/hub/models--mlx-community--gemma-4-E4B-it-assistant-bf16/snapshots/0a1b2c",
+      ),
+    ).toBe("mlx-community/gemma-4-E4B-it-assistant-bf16");
+    expect(drafterName("/models/gemma-4-E4B-it-assistant-bf16/")).toBe("gemma-4-E4B-it-assistant-bf16");
   });
 
   it("says why a drafter cannot be used, and a refused switch in words", async () => {
@@ -183,7 +223,7 @@ describe("faster answers (Settings)", () => {
     });
     const panel = await openFaster();
     expect(panel.querySelector('[data-testid="faster-status"]')?.textContent).toBe(
-      "/x/assistant cannot be used: the drafter does not fit this model: its sliding_window is 64, the model's is 512. Answers come from the model alone.",
+      "The assistant model assistant cannot be used: the drafter does not fit this model: its sliding_window is 64, the model's is 512. Answers come from the model alone.",
     );
     const box = panel.querySelector<HTMLInputElement>('[data-testid="faster-toggle"]') as HTMLInputElement;
     box.checked = false;

@@ -31,7 +31,9 @@ export class SettingsController {
         download: (repo) => api.downloadModel(repo),
         cancelDownload: () => api.cancelDownload(),
         forget: () => model.forget(),
+        openRecent: async (dir) => model.apply(await api.openRecentModel(dir)),
       },
+      state.recentModels,
     );
     this.fasterPanel = new FasterPanel({
       load: () => api.fasterAnswers(),

@@ -13,6 +13,7 @@ import type {
   Message,
   ModelState,
   PendingAttachment,
+  RecentModel,
   SearchHit,
   SendRequest,
   Sent,
@@ -49,7 +50,7 @@ export const DOWNLOADS = [
   { repo: "mlx-community/gemma-4-e4b-it-4bit", label: "Gemma 4 E4B, 4-bit (~5 GB)" },
   {
     repo: "mlx-community/gemma-4-e4b-it-8bit",
-    label: "Gemma 4 E4B, 8-bit (larger and slower, closer to the original)",
+    label: "Gemma 4 E4B, 8-bit (~9 GB; slower, closer to the original)",
   },
 ];
 
@@ -150,6 +151,8 @@ export class FakeBackend {
   };
   /** Where Settings → Local API stands. */
   localApi: LocalApiStatus = { ...LOCAL_API_OFF };
+  /** The model folders loaded lately (`recent_models`); `open_recent_model` loads one as ready. */
+  recent: RecentModel[] = [];
 
   /** Ports "another program" holds. */
   busyPorts: number[] = [];
@@ -245,6 +248,14 @@ export class FakeBackend {
     handle("export_json", ({ id }) => `/Users/ada/Documents/${typeof id === "string" ? id : "all"}.json`);
     handle("import_json", () => ({ report: this.importReport }));
     handle("faster_answers", () => this.faster);
+    handle("recent_models", () => this.recent);
+    handle("open_recent_model", ({ dir }) => {
+      const recent = this.recent.find((known) => known.dir === dir);
+      if (!recent || READY.state !== "ready")
+        throw { kind: "invalidInput", message: `${String(dir)} is not one of the recent model folders` };
+      this.recent = [recent, ...this.recent.filter((known) => known !== recent)];
+      return { ...READY, name: recent.name, dir: recent.dir, checkpoint: { ...READY.checkpoint, ...recent } };
+    });
     handle("local_api", () => this.localApi);
     handle("api_log", () => this.apiLog);
     handle("set_local_api", ({ change }) => {

@@ -16,6 +16,18 @@ export interface FasterPanelHandlers {
   cancelDownload(): Promise<void>;
 }
 
+/**
+ * The drafter's name as people know it: the repository id for a Hugging Face cache snapshot
+ * (`…/models--org--name/snapshots/<hash>`), else its folder's name.
+ */
+export function drafterName(dir: string): string {
+  const parts = dir.split(/[\\/]/).filter(Boolean);
+  const snapshots = parts.lastIndexOf("snapshots");
+  const repo = snapshots > 0 ? /^models--([^-].*?)--(.+)$/.exec(parts[snapshots - 1] ?? "") : null;
+  if (repo) return `${repo[1]}/${repo[2]}`;
+  return parts.at(-1) ?? dir;
+}
+
 /** What the panel says under its switch. */
 export function describeFaster(state: FasterAnswers): string {
   switch (state.state) {
@@ -24,9 +36,9 @@ export function describeFaster(state: FasterAnswers): string {
     case "off":
       return state.drafter === null
         ? "Off: answers come from the model alone."
-        : `Off: answers come from the model alone. When on, ${state.drafter} drafts them.`;
+        : `Off: answers come from the model alone. When on, the assistant model ${drafterName(state.drafter)} drafts them.`;
     case "on":
-      return `On: ${state.drafter} drafts ${state.blockSize - 1} tokens at a time and the model checks them; the answer is the model's own. Under each answer: tokens per round.`;
+      return `On: the assistant model ${drafterName(state.drafter)}, checked to fit the model in use, drafts ${state.blockSize - 1} tokens at a time and the model checks them; the answer is the model's own. Under each answer: how many tokens each check gave.`;
     case "missing":
       return `No assistant model was found: download ${state.repo} (about 159 MB) here, or put it beside the model's folder or in ${state.modelsDir}. Answers come from the model alone meanwhile.`;
     case "downloading": {
@@ -34,7 +46,7 @@ export function describeFaster(state: FasterAnswers): string {
       return `Downloading the assistant model: ${formatBytes(bytesDone)} of ${formatBytes(bytesTotal)}, ${formatSpeed(bytesPerSecond)}, ${formatEta(etaSeconds)}. Answers come from the model alone until it is here.`;
     }
     case "refused":
-      return `${state.drafter} cannot be used: ${state.reason}. Answers come from the model alone.`;
+      return `The assistant model ${drafterName(state.drafter)} cannot be used: ${state.reason}. Answers come from the model alone.`;
   }
 }
 
@@ -86,10 +98,24 @@ export class FasterPanel {
         { class: "field-help", id: "faster-status", "data-testid": "faster-status", role: "status" },
         describeFaster(this.state),
       ),
+      this.folderLine(),
       this.downloadRow(),
       this.error === null
         ? ""
         : el("p", { class: "form-error", role: "alert", "data-testid": "faster-error" }, this.error),
+    );
+  }
+
+  /** The drafter's folder, in full, under the words (where it was found). */
+  private folderLine(): HTMLElement | string {
+    const { state } = this;
+    const dir = state.state === "on" || state.state === "refused" ? state.drafter : null;
+    if (dir === null) return "";
+    return el(
+      "p",
+      { class: "field-help", "data-testid": "faster-folder" },
+      "Folder: ",
+      el("span", { class: "path-text" }, dir),
     );
   }
 

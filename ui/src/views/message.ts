@@ -357,17 +357,8 @@ export function answerStats(message: Message, contextWindow: number | null, erro
     }
     if (usage.reusedTokens > 0)
       stats.append(el("span", { class: "reused" }, `${formatInteger(usage.reusedTokens)} reused from the cache`));
-    if (usage.tokensPerRound !== undefined)
-      stats.append(
-        el(
-          "span",
-          {
-            class: "drafted",
-            title: "Faster answers: tokens per check by the model (the assistant's drafts it accepted, plus its own)",
-          },
-          `${usage.tokensPerRound.toFixed(1)} tokens/round`,
-        ),
-      );
+    const drafted = draftedLine(usage.tokensPerRound);
+    if (drafted) stats.append(el("span", { class: "drafted" }, drafted));
     stats.title = usageDetails(usage);
   }
   if (status === "stopped") stats.append(el("span", { class: "mark stopped" }, "Stopped"));
@@ -384,7 +375,12 @@ function usageDetails(usage: Usage): string {
     `Prompt processing: ${formatRate(usage.prefillTokensPerSecond)}`,
     `Generation: ${formatRate(usage.decodeTokensPerSecond)}`,
     `Time to first token: ${formatMilliseconds(usage.timeToFirstTokenMs)}`,
-  ].join("\n");
+    usage.tokensPerRound === undefined
+      ? ""
+      : `Faster answers: ${usage.tokensPerRound.toFixed(1)} tokens per check (the assistant's drafts the model kept, plus its own)`,
+  ]
+    .filter(Boolean)
+    .join("\n");
 }
 
 /**
@@ -409,3 +405,13 @@ export function streamingNote({ tokenCount, reading }: StreamProgress): HTMLElem
 
 /** Prompts shorter than this are read in well under a second on a Mac: "Generating…" says enough. */
 const READING_SHOWN_FROM = 512;
+
+/**
+ * What Faster answers gave, in words: tokens per check of the model (the assistant's drafts it
+ * kept, plus its own). Nothing when no drafter wrote it, or when no draft was kept (one token
+ * per check is what the model gives alone: nothing to say).
+ */
+export function draftedLine(tokensPerRound: number | undefined): string | null {
+  if (tokensPerRound === undefined || tokensPerRound < 1.05) return null;
+  return `Drafted: ${tokensPerRound.toFixed(1)} tokens per check`;
+}

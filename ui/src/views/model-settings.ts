@@ -8,6 +8,7 @@ import {
   type DownloadProgress,
   type ModelCandidate,
   type ModelState,
+  type RecentModel,
   type SideDownload,
 } from "../api";
 import { el } from "../dom";
@@ -22,6 +23,8 @@ export interface ModelPanelHandlers {
   cancelDownload(): Promise<void>;
   /** Unloads the model and forgets it. */
   forget(): Promise<void>;
+  /** Loads a folder of the recent list in place of the model in use; rejects in words. */
+  openRecent(dir: string): Promise<void>;
 }
 
 /** "10.3 million", "7.9 billion": parameter counts as people say them. */
@@ -48,7 +51,7 @@ export function describeCheckpoint(checkpoint: ModelCandidate, contextWindow: nu
     ["Parameters", checkpoint.parameters === null ? "unknown" : formatParameters(checkpoint.parameters)],
     ["Context limit", `${formatInteger(contextWindow)} tokens`],
     ["Images", checkpoint.vision ? "yes" : "no (this checkpoint has no vision tower)"],
-    ["Audio", checkpoint.audio ? "in the checkpoint (Gemma Desk does not use it)" : "no"],
+    ["Audio", checkpoint.audio ? "yes (attach or record a clip)" : "no (this checkpoint has no audio tower)"],
   ];
 }
 
@@ -67,8 +70,11 @@ export class ModelPanel {
     /** Whether an answer is being written now (switching stops it). */
     private readonly answering: () => boolean,
     private readonly handlers: ModelPanelHandlers,
+    /** Model folders loaded lately, newest first. */
+    private readonly recent: Value<RecentModel[]>,
   ) {
     model.subscribe(() => this.render());
+    recent.subscribe(() => this.render());
     this.render();
   }
 
@@ -116,6 +122,7 @@ export class ModelPanel {
               ]
             : []),
           state.download && !state.download.failed ? this.sideDownload(state.download) : this.actions(true),
+          state.download && !state.download.failed ? "" : this.recentRow(state.dir),
         ];
       case "loading":
         return [
@@ -127,10 +134,43 @@ export class ModelPanel {
           this.cancel(),
         ];
       case "failed":
-        return [el("p", { "data-testid": "model-panel-status" }, state.message), this.actions(false)];
+        return [
+          el("p", { "data-testid": "model-panel-status" }, state.message),
+          this.actions(false),
+          this.recentRow(null),
+        ];
       case "none":
-        return [el("p", { "data-testid": "model-panel-status" }, "No model is loaded."), this.actions(false)];
+        return [
+          el("p", { "data-testid": "model-panel-status" }, "No model is loaded."),
+          this.actions(false),
+          this.recentRow(null),
+        ];
     }
+  }
+
+  /** "Recent models": the folders loaded lately other than `inUse`, one button each. */
+  private recentRow(inUse: string | null): HTMLElement | string {
+    const others = this.recent.get().filter((recent) => recent.dir !== inUse);
+    if (others.length === 0) return "";
+    return el(
+      "div",
+      { class: "recent-models", "data-testid": "model-recent" },
+      el("h3", { class: "label", id: "model-recent-title" }, "Recent models"),
+      el(
+        "ul",
+        { "aria-labelledby": "model-recent-title" },
+        ...others.map((recent) => {
+          const open = el(
+            "button",
+            { type: "button", class: "recent-model", disabled: this.busy, "data-dir": recent.dir },
+            el("span", { class: "recent-name" }, recent.name),
+            el("span", { class: "recent-dir" }, recent.dir),
+          );
+          open.addEventListener("click", () => void this.run(() => this.handlers.openRecent(recent.dir)));
+          return el("li", {}, open);
+        }),
+      ),
+    );
   }
 
   /** Another checkpoint downloading while this one answers: how far, and Cancel. */

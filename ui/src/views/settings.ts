@@ -97,7 +97,7 @@ export interface SettingsDialogHandlers {
 
 export class SettingsDialog {
   readonly element: HTMLDialogElement;
-  private readonly form = el("form", { class: "settings-form", novalidate: true });
+  private readonly form = el("form", { class: "settings-form", id: uniqueId("settings-form"), novalidate: true });
   private readonly formError = el("p", { class: "form-error", role: "alert", hidden: true });
   private readonly inputs = new Map<keyof Settings, HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement>();
   private readonly errors = new Map<keyof Settings, HTMLElement>();
@@ -126,7 +126,6 @@ export class SettingsDialog {
       ...NUMBER_FIELDS.map((field) => this.numberField(field)),
       this.imageBudgetField(),
       this.thinkingField(),
-      el("div", { class: "dialog-actions" }, cancel, this.saveButton),
     );
     // An error shown for a field clears (or follows) as the value is fixed; no new ones while typing.
     this.form.addEventListener("input", () => this.revalidate());
@@ -134,12 +133,36 @@ export class SettingsDialog {
       event.preventDefault();
       void this.submit();
     });
+    // One rule (docs/SETTINGS.md): the sections above act at once and say where they stand;
+    // the answer settings below apply together on Save. The footer stays in view, outside the
+    // part that scrolls, and says so.
+    this.saveButton.setAttribute("form", this.form.id);
     this.element = el(
       "dialog",
       { class: "settings-dialog", "data-testid": "settings-dialog", "aria-labelledby": "settings-title" },
       el("h1", { id: "settings-title" }, "Settings"),
-      this.modelPanel?.element ?? "",
-      this.form,
+      el(
+        "div",
+        { class: "settings-body", "data-testid": "settings-body" },
+        this.modelPanel?.element ?? "",
+        el(
+          "section",
+          { class: "settings-answers", "aria-labelledby": "settings-answers-title" },
+          el("h2", { id: "settings-answers-title" }, "Answers"),
+          this.form,
+        ),
+      ),
+      el(
+        "div",
+        { class: "dialog-actions settings-footer", "data-testid": "settings-footer" },
+        el(
+          "p",
+          { class: "settings-rule", "data-testid": "settings-rule" },
+          "Model, Faster answers and Local API act at once. Save applies the answer settings.",
+        ),
+        cancel,
+        this.saveButton,
+      ),
     );
     this.element.addEventListener("close", () => this.opener?.focus());
     this.showLimits(limits.get());

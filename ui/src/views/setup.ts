@@ -1,5 +1,5 @@
 /** Shown until a model is ready: the first-run choice, download progress, loading, or what failed. */
-import type { DownloadProgress, ModelState } from "../api";
+import type { DownloadProgress, ModelState, RecentModel } from "../api";
 import { el } from "../dom";
 import { formatBytes, formatEta, formatSpeed, thisMachine } from "../format";
 
@@ -7,6 +7,8 @@ export interface SetupHandlers {
   download(): void;
   cancelDownload(): void;
   chooseFolder(): void;
+  /** Loads a folder of the recent list again. */
+  openRecent(dir: string): void;
 }
 
 export interface SetupInfo {
@@ -16,6 +18,8 @@ export interface SetupInfo {
   busy: boolean;
   /** An error from the last action, in words. */
   error: string | null;
+  /** Model folders loaded lately and still here, newest first. */
+  recent: RecentModel[];
 }
 
 /** Download size shown before starting; the real total comes with the first progress event. */
@@ -42,6 +46,15 @@ export function failureHeading(failure: { dir: string | null }): string {
   return failure.dir === null ? "The download did not finish" : "The model could not be loaded";
 }
 
+/**
+ * The first-run screen's heading: what the alert under it is about. An error of the last action
+ * (a folder that is not a model) is not the earlier failure, so it does not keep its heading.
+ */
+export function firstRunHeading(failure: { dir: string | null } | null, actionError: string | null): string {
+  if (actionError !== null) return "That did not work";
+  return failure ? failureHeading(failure) : "Welcome to Gemma Desk";
+}
+
 function firstRunView(
   failure: { dir: string | null; message: string } | null,
   info: SetupInfo,
@@ -64,7 +77,7 @@ function firstRunView(
     "section",
     { class: "setup first-run", "data-testid": "first-run", "aria-labelledby": "first-run-title" },
     el("div", { class: "mark", "aria-hidden": "true" }, "G"),
-    el("h1", { id: "first-run-title" }, failure ? failureHeading(failure) : "Welcome to Gemma Desk"),
+    el("h1", { id: "first-run-title" }, firstRunHeading(failure, info.error)),
     el(
       "p",
       { class: "lede" },
@@ -73,14 +86,44 @@ function firstRunView(
     ),
     problem && el("div", { class: "setup-error", role: "alert", "data-testid": "setup-error" }, problem),
     el("div", { class: "actions" }, download, choose),
+    recentList(info, handlers),
     el(
       "p",
       { class: "note" },
       "The download comes from Hugging Face (mlx-community/gemma-4-e4b-it-4bit) and is checked file by file. " +
         "A chosen folder must hold an MLX Gemma 4 E4B checkpoint: config.json, the tokenizer and .safetensors weights.",
     ),
-    el("h2", { class: "label", id: "models-dir-label" }, "Models folder"),
-    el("code", { class: "path", id: "models-dir", "aria-labelledby": "models-dir-label" }, info.modelsDir),
+    el(
+      "p",
+      { class: "note", "data-testid": "models-dir-note" },
+      "Downloads go to ",
+      el("span", { class: "path-text", id: "models-dir" }, info.modelsDir),
+      "; a model folder put there is found at the next start.",
+    ),
+  );
+}
+
+/** "Recent models": a button per folder loaded lately, so going back needs no browsing. */
+function recentList(info: SetupInfo, handlers: SetupHandlers): HTMLElement | string {
+  if (info.recent.length === 0) return "";
+  return el(
+    "section",
+    { class: "recent-models", "data-testid": "recent-models", "aria-labelledby": "recent-models-title" },
+    el("h2", { class: "label", id: "recent-models-title" }, "Recent models"),
+    el(
+      "ul",
+      {},
+      ...info.recent.map((recent) => {
+        const open = el(
+          "button",
+          { type: "button", class: "recent-model", disabled: info.busy, "data-dir": recent.dir },
+          el("span", { class: "recent-name" }, recent.name),
+          el("span", { class: "recent-dir" }, recent.dir),
+        );
+        open.addEventListener("click", () => handlers.openRecent(recent.dir));
+        return el("li", {}, open);
+      }),
+    ),
   );
 }
 

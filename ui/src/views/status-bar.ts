@@ -23,7 +23,9 @@ export class StatusBar {
   }
 
   setModel(state: ModelState): void {
-    this.dot.className = `status-dot ${state.state}`;
+    // A stopped download is no fault of the model: no red dot for it.
+    const stoppedDownload = state.state === "failed" && state.dir === null;
+    this.dot.className = `status-dot ${stoppedDownload ? "none" : state.state}`;
     this.model.dataset.state = state.state;
     switch (state.state) {
       case "none":
@@ -43,7 +45,9 @@ export class StatusBar {
         this.model.title = state.dir;
         break;
       case "failed":
-        this.model.textContent = "Model failed to load";
+        // A download that stopped loaded nothing: it is no load failure. A model that could not
+        // be loaded (or is gone since last time) leaves none in use.
+        this.model.textContent = state.dir === null ? "No model: the download stopped" : "No model loaded";
         this.model.title = state.message;
         break;
     }
