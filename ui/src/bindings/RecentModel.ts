@@ -3,4 +3,12 @@
 /**
  * A model folder loaded lately, offered to load again.
  */
-export type RecentModel = { name: string, dir: string, };
+export type RecentModel = { 
+/**
+ * The name it goes by (as when it is loaded).
+ */
+name: string, 
+/**
+ * Its folder.
+ */
+dir: string, };
