@@ -1,6 +1,6 @@
 /** The model: its state from the backend, the first-run screen's choices, and the memory it uses. */
 import * as api from "../api";
-import type { ModelState } from "../api";
+import type { MemoryUsage, ModelState } from "../api";
 import { errorMessage } from "../api";
 import type { StatusBar } from "../views/status-bar";
 import type { Shared } from "./shared";
@@ -14,6 +14,7 @@ export interface ModelHooks {
 
 export class ModelController {
   private memoryTimer: number | undefined;
+  private readonly memoryListeners: ((usage: MemoryUsage | null) => void)[] = [];
 
   constructor(
     private readonly shared: Shared,
@@ -81,11 +82,20 @@ export class ModelController {
     window.clearTimeout(this.memoryTimer);
   }
 
-  private async refreshMemory(): Promise<void> {
+  /** Calls `listener` with every reading of the memory in use (`null`: it could not be read). */
+  onMemory(listener: (usage: MemoryUsage | null) => void): void {
+    this.memoryListeners.push(listener);
+  }
+
+  /** Reads the memory in use now, for the status bar and the listeners. */
+  async refreshMemory(): Promise<void> {
+    let usage: MemoryUsage | null;
     try {
-      this.statusBar.setMemory(await api.memoryUsage());
+      usage = await api.memoryUsage();
     } catch {
-      this.statusBar.setMemory(null);
+      usage = null;
     }
+    this.statusBar.setMemory(usage);
+    for (const listener of this.memoryListeners) listener(usage);
   }
 }

@@ -33,6 +33,8 @@ export class SettingsController {
         forget: () => model.forget(),
       },
     );
+    // The memory the model uses, read when the dialog opens and as the status bar reads it.
+    model.onMemory((usage) => modelPanel.showMemory(usage));
     this.fasterPanel = new FasterPanel({
       load: () => api.fasterAnswers(),
       set: (on) => api.setFasterAnswers(on),
@@ -54,7 +56,7 @@ export class SettingsController {
         element: el("div", {}, ...panels.map((panel) => panel.element)),
         refresh: () => {
           modelPanel.refresh();
-          return Promise.all([this.fasterPanel.refresh(), this.localApiPanel.refresh()]);
+          return Promise.all([model.refreshMemory(), this.fasterPanel.refresh(), this.localApiPanel.refresh()]);
         },
       },
     );
