@@ -2,6 +2,7 @@
 import * as api from "../api";
 import type { MemoryUsage, ModelState } from "../api";
 import { errorMessage } from "../api";
+import { Value } from "../store";
 import type { StatusBar } from "../views/status-bar";
 import type { Shared } from "./shared";
 
@@ -14,7 +15,8 @@ export interface ModelHooks {
 
 export class ModelController {
   private memoryTimer: number | undefined;
-  private readonly memoryListeners: ((usage: MemoryUsage | null) => void)[] = [];
+  /** The memory in use, as last read (`null`: not read yet, or it could not be). */
+  readonly memory = new Value<MemoryUsage | null>(null);
 
   constructor(
     private readonly shared: Shared,
@@ -82,12 +84,7 @@ export class ModelController {
     window.clearTimeout(this.memoryTimer);
   }
 
-  /** Calls `listener` with every reading of the memory in use (`null`: it could not be read). */
-  onMemory(listener: (usage: MemoryUsage | null) => void): void {
-    this.memoryListeners.push(listener);
-  }
-
-  /** Reads the memory in use now, for the status bar and the listeners. */
+  /** Reads the memory in use now, for the status bar and whoever watches `memory`. */
   async refreshMemory(): Promise<void> {
     let usage: MemoryUsage | null;
     try {
@@ -96,6 +93,6 @@ export class ModelController {
       usage = null;
     }
     this.statusBar.setMemory(usage);
-    for (const listener of this.memoryListeners) listener(usage);
+    this.memory.set(usage);
   }
 }

@@ -34,7 +34,7 @@ export class SettingsController {
       },
     );
     // The memory the model uses, read when the dialog opens and as the status bar reads it.
-    model.onMemory((usage) => modelPanel.showMemory(usage));
+    model.memory.subscribe((usage) => modelPanel.showMemory(usage));
     this.fasterPanel = new FasterPanel({
       load: () => api.fasterAnswers(),
       set: (on) => api.setFasterAnswers(on),

@@ -204,7 +204,9 @@ impl Room {
 pub struct NoFit {
     /// Bytes needed with the context asked for (towers not counted).
     pub needs: u64,
+    /// The context asked for, in positions.
     pub context: usize,
+    /// What the machine offers.
     pub room: Room,
     /// Whether the shortest context ([`MIN_CONTEXT`]) would fit.
     pub shorter_context_fits: bool,
