@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chats::Store;
+use engine::fit::{self, MachineDefaults, Needs, Room};
 use engine::worker::Engine;
+use gemma::memory::DeviceInfo;
 use gemma::LoadOptions;
 use model_store::{self as models, DownloadProgress, FolderError, HfCache, ModelCandidate};
 use serde::Serialize;
@@ -137,6 +139,8 @@ pub struct Models {
     events: Arc<dyn Events>,
     /// Where "Faster answers" stands for the model loaded.
     faster: Mutex<FasterAnswers>,
+    /// What the machine offers (read once at start): a model that does not fit is not loaded.
+    machine: Mutex<DeviceInfo>,
 }
 
 impl Models {
@@ -160,7 +164,41 @@ impl Models {
             switching: Mutex::new(()),
             events,
             faster: Mutex::new(FasterAnswers::NoModel),
+            machine: Mutex::new(gemma::memory::device_info()),
         }
+    }
+
+    /// Stands in for the machine's figures (tests: a machine too small, whatever this one is).
+    #[cfg(test)]
+    pub fn set_machine(&self, machine: DeviceInfo) {
+        *lock(&self.machine) = machine;
+    }
+
+    /// The defaults the machine suggests for the model in `dir` (`engine::fit`); a checkpoint
+    /// whose headers cannot be read counts as needing no more than a step's transients.
+    fn defaults(&self, dir: &Path) -> MachineDefaults {
+        let needs = Needs::of(dir, &LoadOptions::default()).unwrap_or_default();
+        MachineDefaults::choose(&lock(&self.machine), &needs)
+    }
+
+    /// Refuses, in words, a model that cannot fit the machine with the context of the settings
+    /// (`engine::fit`): what it needs, what the machine has, what to change. A checkpoint whose
+    /// headers cannot be read is left to the load, which says what is wrong with it.
+    fn check_fit(&self, candidate: &ModelCandidate, options: &LoadOptions) -> Result<(), Error> {
+        let Some(room) = Room::of(&lock(&self.machine)) else {
+            return Ok(());
+        };
+        let Ok(needs) = Needs::of(&candidate.dir, options) else {
+            return Ok(());
+        };
+        // The settings' context, within what the model supports.
+        let context = candidate
+            .context_length
+            .map_or(MAX_CONTEXT, |n| n.min(MAX_CONTEXT))
+            .min(Settings::load(&self.store).context_length) as usize;
+        fit::check(&needs, context, room, candidate.quantization_bits).map_err(|no_fit| {
+            Error::ModelInvalid(format!("{} was not loaded: {no_fit}", candidate.name))
+        })
     }
 
     pub fn state(&self) -> ModelState {
@@ -273,11 +311,33 @@ impl Models {
         Ok(ModelState::None)
     }
 
-    /// Loads a checked folder (blocking), remembering it for the next start.
+    /// Loads a checked folder (blocking), remembering it for the next start. A model that
+    /// cannot fit the machine is refused in words before anything changes: the model in use
+    /// stays (with no model in use, the refusal is the state shown).
     pub fn load(&self, candidate: &ModelCandidate) -> Result<ModelState, Error> {
         let _switching = lock(&self.switching);
         let candidate = &self.named(candidate);
         let dir = candidate.dir.display().to_string();
+        let options = LoadOptions::default();
+        if let Err(err) = self.check_fit(candidate, &options) {
+            match self.state() {
+                // A download beside it that ended here says why it is not in use.
+                ModelState::Ready {
+                    download: Some(side),
+                    ..
+                } => self.set_side_download(Some(SideDownload {
+                    progress: None,
+                    failed: Some(err.to_string()),
+                    ..*side
+                })),
+                ModelState::Ready { .. } => {}
+                _ => self.set(ModelState::Failed {
+                    dir: Some(dir),
+                    message: err.to_string(),
+                }),
+            }
+            return Err(err);
+        }
         self.set(ModelState::Loading {
             name: candidate.name.clone(),
             dir: dir.clone(),
@@ -286,7 +346,7 @@ impl Models {
                 gigabytes(candidate.size_bytes)
             ),
         });
-        match self.engine.load(&candidate.dir, LoadOptions::default()) {
+        match self.engine.load(&candidate.dir, options) {
             Ok(info) => {
                 let context_window = candidate
                     .context_length
@@ -412,7 +472,7 @@ impl Models {
     /// Finds and sets the drafter for the model in `model_dir` (the engine has just loaded it,
     /// without one), as the switch says.
     fn apply_faster_answers(&self, model_dir: &Path) {
-        let on = Settings::faster_answers(&self.store);
+        let on = Settings::faster_answers_or(&self.store, self.defaults(model_dir).drafting);
         let state = faster::apply(
             &self.engine,
             on,

@@ -141,13 +141,14 @@ impl Settings {
         Ok(store.set_setting(MODEL_KEY, &dir)?)
     }
 
-    /// Whether answers are drafted and checked ("Faster answers"); on unless switched off.
-    pub fn faster_answers(store: &Store) -> bool {
+    /// Whether answers are drafted and checked ("Faster answers"): as last switched, else
+    /// `default` (the machine's: `engine::fit::MachineDefaults`).
+    pub fn faster_answers_or(store: &Store, default: bool) -> bool {
         store
             .get_setting::<bool>(FASTER_KEY)
             .ok()
             .flatten()
-            .unwrap_or(true)
+            .unwrap_or(default)
     }
 
     /// Switches "Faster answers".

@@ -1186,6 +1186,7 @@ class Scenario:
             check(fact("Weights") == "4-bit (affine)", f"Settings shows the weights as {fact('Weights')!r}")
             check(fact("Images") == "yes", f"Settings shows images as {fact('Images')!r}")
             check("million" in fact("Parameters"), f"Settings shows the parameters as {fact('Parameters')!r}")
+            wait_for("the memory the model uses in Settings", lambda: "GB held by the model" in fact("Memory in use"), 15)
 
             def faster() -> str:
                 element = s.find(testid("faster-status"))

@@ -80,7 +80,7 @@ fn faster_answers_draft_with_the_assistant_beside_the_model_and_can_be_switched_
     };
     assert_eq!(usage.tokens_per_round, None);
     let (state, _events, _dir) = h.restart();
-    assert!(!Settings::faster_answers(&state.store));
+    assert!(!Settings::faster_answers_or(&state.store, true));
 }
 
 #[test]

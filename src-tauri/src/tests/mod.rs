@@ -10,6 +10,7 @@ mod conversations;
 mod download;
 mod export;
 mod faster;
+mod machine;
 mod model;
 mod versions;
 

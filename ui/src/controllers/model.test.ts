@@ -264,6 +264,27 @@ describe("settings → model", () => {
     expect(fact(panel, "Audio")).toBe("yes (attach or record a clip)");
   });
 
+  it("shows the memory the model uses now, read again when Settings opens", async () => {
+    const panel = await openModelSettings();
+    expect(fact(panel, "Memory in use")).toBe("2.9 GB held by the model (the app in all: 3.4 GB)");
+    handle("memory_usage", () => ({
+      residentBytes: 12_340_000_000,
+      mlxActiveBytes: 10_060_000_000,
+      mlxPeakBytes: 11_000_000_000,
+    }));
+    click($("settings-cancel"));
+    click($("settings"));
+    await settle();
+    expect(fact(panel, "Memory in use")).toBe("10.1 GB held by the model (the app in all: 12.3 GB)");
+    handle("memory_usage", () => {
+      throw { kind: "internal", message: "no counters" };
+    });
+    click($("settings-cancel"));
+    click($("settings"));
+    await settle();
+    expect(fact(panel, "Memory in use")).toBe("not known");
+  });
+
   it("loads another folder and shows what it is", async () => {
     if (READY.state !== "ready") throw new Error("READY is ready");
     const other: ModelState = {

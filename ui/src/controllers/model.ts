@@ -1,7 +1,8 @@
 /** The model: its state from the backend, the first-run screen's choices, and the memory it uses. */
 import * as api from "../api";
-import type { ModelState } from "../api";
+import type { MemoryUsage, ModelState } from "../api";
 import { errorMessage } from "../api";
+import { Value } from "../store";
 import type { StatusBar } from "../views/status-bar";
 import type { Shared } from "./shared";
 
@@ -14,6 +15,8 @@ export interface ModelHooks {
 
 export class ModelController {
   private memoryTimer: number | undefined;
+  /** The memory in use, as last read (`null`: not read yet, or it could not be). */
+  readonly memory = new Value<MemoryUsage | null>(null);
 
   constructor(
     private readonly shared: Shared,
@@ -105,11 +108,15 @@ export class ModelController {
     window.clearTimeout(this.memoryTimer);
   }
 
-  private async refreshMemory(): Promise<void> {
+  /** Reads the memory in use now, for the status bar and whoever watches `memory`. */
+  async refreshMemory(): Promise<void> {
+    let usage: MemoryUsage | null;
     try {
-      this.statusBar.setMemory(await api.memoryUsage());
+      usage = await api.memoryUsage();
     } catch {
-      this.statusBar.setMemory(null);
+      usage = null;
     }
+    this.statusBar.setMemory(usage);
+    this.memory.set(usage);
   }
 }

@@ -35,6 +35,8 @@ export class SettingsController {
       },
       state.recentModels,
     );
+    // The memory the model uses, read when the dialog opens and as the status bar reads it.
+    model.memory.subscribe((usage) => modelPanel.showMemory(usage));
     this.fasterPanel = new FasterPanel({
       load: () => api.fasterAnswers(),
       set: (on) => api.setFasterAnswers(on),
@@ -56,7 +58,7 @@ export class SettingsController {
         element: el("div", {}, ...panels.map((panel) => panel.element)),
         refresh: () => {
           modelPanel.refresh();
-          return Promise.all([this.fasterPanel.refresh(), this.localApiPanel.refresh()]);
+          return Promise.all([model.refreshMemory(), this.fasterPanel.refresh(), this.localApiPanel.refresh()]);
         },
       },
     );

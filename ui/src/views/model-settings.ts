@@ -6,6 +6,7 @@ import {
   errorMessage,
   type DownloadOption,
   type DownloadProgress,
+  type MemoryUsage,
   type ModelCandidate,
   type ModelState,
   type RecentModel,
@@ -55,6 +56,19 @@ export function describeCheckpoint(checkpoint: ModelCandidate, contextWindow: nu
   ];
 }
 
+/** "2.9 GB": bytes in gigabytes, one decimal. */
+export function formatGigabytes(bytes: number): string {
+  return `${(bytes / 1e9).toFixed(1)} GB`;
+}
+
+/** The memory the model uses now: MLX's arrays (weights, caches), and the app's in all. */
+export function describeMemory(usage: MemoryUsage | null): string {
+  if (usage === null) return "not known";
+  return `${formatGigabytes(usage.mlxActiveBytes)} held by the model (the app in all: ${formatGigabytes(usage.residentBytes)})`;
+}
+
+const MEMORY_FACT = "Memory in use";
+
 export class ModelPanel {
   readonly element = el("section", {
     class: "model-panel",
@@ -63,6 +77,7 @@ export class ModelPanel {
   });
   private error: string | null = null;
   private busy = false;
+  private memory: MemoryUsage | null = null;
 
   constructor(
     private readonly model: Value<ModelState>,
@@ -76,6 +91,13 @@ export class ModelPanel {
     model.subscribe(() => this.render());
     recent.subscribe(() => this.render());
     this.render();
+  }
+
+  /** Shows the memory in use now (in place: a choice being made in the panel stays as it is). */
+  showMemory(usage: MemoryUsage | null): void {
+    this.memory = usage;
+    const fact = this.element.querySelector(`[data-fact="${MEMORY_FACT}"]`);
+    if (fact) fact.textContent = describeMemory(usage);
   }
 
   /** Draws the panel again (when the dialog opens: the answer may have started meanwhile). */
@@ -104,10 +126,10 @@ export class ModelPanel {
           el(
             "dl",
             { class: "model-facts", "data-testid": "model-facts" },
-            ...describeCheckpoint(state.checkpoint, state.contextWindow).flatMap(([label, value]) => [
-              el("dt", {}, label),
-              el("dd", { "data-fact": label }, value),
-            ]),
+            ...[
+              ...describeCheckpoint(state.checkpoint, state.contextWindow),
+              [MEMORY_FACT, describeMemory(this.memory)] as [string, string],
+            ].flatMap(([label, value]) => [el("dt", {}, label), el("dd", { "data-fact": label }, value)]),
           ),
           this.answering()
             ? el("p", { class: "field-help" }, "Switching stops the answer being written; what it wrote is kept.")

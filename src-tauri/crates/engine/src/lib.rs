@@ -9,6 +9,7 @@ pub mod constraint;
 pub mod detokenize;
 pub mod error;
 pub mod events;
+pub mod fit;
 pub mod generate;
 pub mod image;
 pub mod loaded;

@@ -22,51 +22,8 @@ use gemma::config::AttentionKind;
 use gemma::memory::{counters, process_rss, release_cache, reset_peak};
 use gemma::{LoadOptions, Model};
 
-/// The parts the table names, in its order, and which tensor names belong to each.
-const PARTS: [&str; 8] = [
-    "decoder layers",
-    "embedding / tied head",
-    "PLE table",
-    "PLE projection",
-    "vision tower",
-    "audio tower",
-    "other",
-    "drafter",
-];
-
-/// The part a checkpoint tensor belongs to.
-pub fn part_of(name: &str) -> &'static str {
-    let text = "language_model.model.";
-    match name.strip_prefix(text) {
-        Some(rest) if rest.starts_with("layers.") => "decoder layers",
-        Some(rest) if rest.starts_with("embed_tokens_per_layer.") => "PLE table",
-        Some(rest) if rest.starts_with("embed_tokens.") => "embedding / tied head",
-        Some(rest)
-            if rest.starts_with("per_layer_model_projection.")
-                || rest.starts_with("per_layer_projection_norm.") =>
-        {
-            "PLE projection"
-        }
-        _ if name.starts_with("vision_tower.") || name.starts_with("embed_vision.") => {
-            "vision tower"
-        }
-        _ if name.starts_with("audio_tower.") || name.starts_with("embed_audio.") => "audio tower",
-        _ => "other",
-    }
-}
-
-/// Bytes of the checkpoint in `dir` by part, as stored.
-pub fn stored_by_part(dir: &Path) -> Result<Vec<(&'static str, u64)>> {
-    let mut sums = vec![0u64; PARTS.len()];
-    for path in gemma::weights::checkpoint_files(dir)? {
-        for (name, h) in gemma::weights::read_header(&path)? {
-            let bytes = h.shape.iter().product::<usize>() as u64 * h.dtype.bitsize() as u64 / 8;
-            let part = PARTS.iter().position(|p| *p == part_of(&name)).unwrap_or(6);
-            sums[part] += bytes;
-        }
-    }
-    Ok(PARTS.iter().copied().zip(sums).collect())
-}
+// The parts of the table are the fit check's (`engine::fit`).
+use engine::fit::stored_by_part;
 
 /// Bytes of one conversation's K/V after `positions` tokens: every cache-owning layer's keys
 /// and values, at `bytes_per_value` (2 for bf16; `bits/8 + 2·2/group` stored quantized).

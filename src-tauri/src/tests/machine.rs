@@ -1,0 +1,163 @@
+//! Knowing the machine: a model that cannot fit is refused in words before anything changes,
+//! and the memory the model uses is reported from MLX's own counters.
+
+use gemma::memory::DeviceInfo;
+
+use super::*;
+use crate::settings::Settings;
+
+/// A machine of `memory` bytes that lets the model hold `working_set` of them.
+fn machine(memory: u64, working_set: u64) -> DeviceInfo {
+    DeviceInfo {
+        backend: "metal".into(),
+        device_name: Some("Apple M1".into()),
+        architecture: Some("applegpu_g13g".into()),
+        memory_bytes: Some(memory),
+        working_set_bytes: Some(working_set),
+    }
+}
+
+#[test]
+fn a_model_too_big_for_the_machine_is_refused_in_words_and_the_loaded_model_stays() {
+    let h = Harness::with_model();
+    let mut settings = Settings::load(&h.state.store);
+    settings.context_length = 32_768;
+    let settings = settings.save(&h.state.store).unwrap();
+    let before = h.state.models.state();
+    let remembered = Settings::remembered_model(&h.state.store);
+    let states_before = model_states(&h.events).len();
+    // The fixture's weights are a few MB; the room for transients alone (1 GiB) does not fit.
+    h.state
+        .models
+        .set_machine(machine(1_000_000_000, 600_000_000));
+
+    let err = h
+        .state
+        .models
+        .choose(&fixture_named("tiny-optiq"))
+        .unwrap_err();
+
+    assert_eq!(err.kind(), ErrorKind::ModelInvalid);
+    let words = err.to_string();
+    assert!(
+        words.starts_with("tiny-optiq was not loaded: it needs about 1."),
+        "{words}"
+    );
+    assert!(words.contains("with a 32768-token context"), "{words}");
+    assert!(
+        words.contains("has 0.6 GB for it (1.0 GB in all)"),
+        "{words}"
+    );
+    assert!(words.contains("close other apps"), "{words}");
+    // Nothing was lost: the model in use, the one remembered, the settings; no state was sent.
+    assert_eq!(h.state.models.state(), before);
+    assert_eq!(Settings::remembered_model(&h.state.store), remembered);
+    assert_eq!(Settings::load(&h.state.store), settings);
+    assert_eq!(model_states(&h.events).len(), states_before);
+    let sent = h.send("Still there?", &short()).unwrap();
+    assert!(matches!(
+        h.finish(sent.generation_id).last(),
+        Some(GenerationEvent::Done { .. })
+    ));
+
+    // A machine with room loads it.
+    h.state
+        .models
+        .set_machine(machine(16_000_000_000, 11_000_000_000));
+    let state = h.state.models.choose(&fixture_named("tiny-optiq")).unwrap();
+    assert!(matches!(state, ModelState::Ready { ref name, .. } if name == "tiny-optiq"));
+}
+
+#[test]
+fn with_no_model_in_use_the_refusal_is_the_state_shown() {
+    let h = Harness::new();
+    h.state
+        .models
+        .set_machine(machine(1_000_000_000, 600_000_000));
+
+    let err = h.state.models.choose(&fixture()).unwrap_err();
+
+    let ModelState::Failed { message, dir } = h.state.models.state() else {
+        panic!("{:?}", h.state.models.state());
+    };
+    assert_eq!(message, err.to_string());
+    assert!(message.contains("it would run out of memory"), "{message}");
+    assert_eq!(
+        dir.as_deref(),
+        Some(fixture().display().to_string().as_str())
+    );
+    assert_eq!(Settings::remembered_model(&h.state.store), None);
+}
+
+#[test]
+fn the_estimate_reads_every_stored_byte_from_the_headers() {
+    let dir = fixture();
+    let needs = engine::fit::Needs::of(&dir, &gemma::LoadOptions::default()).unwrap();
+    let stored: u64 = engine::fit::stored_by_part(&dir)
+        .unwrap()
+        .iter()
+        .map(|(_, bytes)| bytes)
+        .sum();
+    let on_disk: u64 = gemma::weights::checkpoint_files(&dir)
+        .unwrap()
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    // The tiny fixture has every part: the PLE table (read from the file) and both towers.
+    assert!(needs.ple_table > 0 && needs.towers > 0, "{needs:?}");
+    assert_eq!(needs.weights + needs.ple_table + needs.towers, stored);
+    assert!(
+        stored < on_disk && on_disk - stored < 1 << 20,
+        "only the headers are more"
+    );
+    assert!(needs.kv_bytes(8192) > needs.kv_bytes(4096));
+}
+
+#[test]
+fn the_memory_in_use_is_read_from_mlx_after_a_load() {
+    let _h = Harness::with_model();
+
+    let usage = crate::commands::memory_usage();
+
+    // The loaded fixture's weights are MLX arrays now (process-wide counters: at least them).
+    assert!(usage.mlx_active_bytes > 0, "{usage:?}");
+    assert!(usage.mlx_peak_bytes >= usage.mlx_active_bytes, "{usage:?}");
+    assert!(usage.resident_bytes > 0, "{usage:?}");
+}
+
+#[test]
+fn faster_answers_are_off_by_default_on_an_m1_and_on_on_an_m3_until_switched() {
+    use crate::faster::FasterAnswers;
+    let h = Harness::new();
+    // Never switched (the harness switches it off for the other tests).
+    h.state.store.remove_setting("faster_answers").unwrap();
+    let m1 = machine(16_000_000_000, 11_000_000_000);
+    let m3 = DeviceInfo {
+        architecture: Some("applegpu_g15s".into()),
+        ..m1.clone()
+    };
+
+    h.state.models.set_machine(m1);
+    h.state.models.choose(&fixture()).unwrap();
+    assert!(
+        matches!(h.state.models.faster_answers(), FasterAnswers::Off { .. }),
+        "{:?}",
+        h.state.models.faster_answers()
+    );
+
+    h.state.models.set_machine(m3);
+    h.state.models.choose(&fixture()).unwrap();
+    assert!(
+        matches!(h.state.models.faster_answers(), FasterAnswers::On { .. }),
+        "{:?}",
+        h.state.models.faster_answers()
+    );
+
+    // Switched off, it stays off on the machine whose default is on.
+    h.state.models.set_faster_answers(false).unwrap();
+    h.state.models.choose(&fixture()).unwrap();
+    assert!(matches!(
+        h.state.models.faster_answers(),
+        FasterAnswers::Off { .. }
+    ));
+}
