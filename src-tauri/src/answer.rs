@@ -5,8 +5,10 @@
 use std::sync::Arc;
 
 use chats::{MessageStatus, Store, StreamWriter};
+use engine::error::EngineError;
+use engine::events::Event;
 use engine::generate::Usage;
-use engine::worker::{Canceller, EngineError, Event};
+use engine::worker::Canceller;
 
 use crate::chat::GenerationEvent;
 use crate::error::{CommandError, Error, ErrorKind};
@@ -217,7 +219,8 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use chats::StopReason;
-    use engine::generate::{GenerateError, StopReason as EngineStop};
+    use engine::error::GenerateError;
+    use engine::generate::StopReason as EngineStop;
     use engine::worker::Engine;
 
     use super::*;
