@@ -5,8 +5,10 @@
 use std::sync::Arc;
 
 use chats::{MessageStatus, Store, StreamWriter};
+use engine::error::EngineError;
+use engine::events::Event;
 use engine::generate::Usage;
-use engine::worker::{Canceller, EngineError, Event};
+use engine::worker::Canceller;
 
 use crate::chat::GenerationEvent;
 use crate::error::{CommandError, Error, ErrorKind};
@@ -188,7 +190,6 @@ impl AnswerRecorder {
 
 /// The engine's usage as the chats database stores it (`chats` knows nothing of the engine).
 fn stored_usage(usage: &Usage, context_window: u32) -> chats::Usage {
-    use engine::generate::StopReason as Engine;
     let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
     chats::Usage {
         prompt_tokens: count(usage.prompt_tokens),
@@ -197,12 +198,7 @@ fn stored_usage(usage: &Usage, context_window: u32) -> chats::Usage {
         time_to_first_token_ms: usage.time_to_first_token_ms,
         prefill_tokens_per_second: usage.prefill_tokens_per_second,
         decode_tokens_per_second: usage.decode_tokens_per_second,
-        stop_reason: match usage.stop_reason {
-            Engine::EndOfTurn => chats::StopReason::EndOfTurn,
-            Engine::MaxTokens => chats::StopReason::MaxTokens,
-            Engine::ContextFull => chats::StopReason::ContextFull,
-            Engine::Cancelled => chats::StopReason::Cancelled,
-        },
+        stop_reason: stored_stop(usage.stop_reason),
         context_window: Some(context_window),
         tokens_per_round: usage
             .speculative
@@ -212,12 +208,27 @@ fn stored_usage(usage: &Usage, context_window: u32) -> chats::Usage {
     }
 }
 
+/// The engine's stop reason as the chats database stores it: the one conversion between the
+/// two enums (docs/ARCHITECTURE.md, "One name, two enums"), exhaustive, so a variant the engine
+/// adds does not compile until it is stored; the test `every_stop_reason_is_stored_as_itself`
+/// holds the other direction.
+fn stored_stop(stop: engine::generate::StopReason) -> chats::StopReason {
+    use engine::generate::StopReason as Engine;
+    match stop {
+        Engine::EndOfTurn => chats::StopReason::EndOfTurn,
+        Engine::MaxTokens => chats::StopReason::MaxTokens,
+        Engine::ContextFull => chats::StopReason::ContextFull,
+        Engine::Cancelled => chats::StopReason::Cancelled,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use chats::StopReason;
-    use engine::generate::{GenerateError, StopReason as EngineStop};
+    use engine::error::GenerateError;
+    use engine::generate::StopReason as EngineStop;
     use engine::worker::Engine;
 
     use super::*;
@@ -313,6 +324,35 @@ mod tests {
             (usage.stop_reason, *context_window),
             (StopReason::EndOfTurn, 4096)
         );
+    }
+
+    /// Every stop reason the engine reports is stored as the one of the same name, and every
+    /// stored one comes from an engine one: a variant added to `chats::StopReason` alone does
+    /// not compile here (the match is exhaustive), one added to the engine's alone does not
+    /// compile in `stored_stop`. The names the UI reads (chats') and the API's log writes (the
+    /// engine's) agree.
+    #[test]
+    fn every_stop_reason_is_stored_as_itself() {
+        let engine_of = |stored: StopReason| match stored {
+            StopReason::EndOfTurn => EngineStop::EndOfTurn,
+            StopReason::MaxTokens => EngineStop::MaxTokens,
+            StopReason::ContextFull => EngineStop::ContextFull,
+            StopReason::Cancelled => EngineStop::Cancelled,
+        };
+        let every = [
+            EngineStop::EndOfTurn,
+            EngineStop::MaxTokens,
+            EngineStop::ContextFull,
+            EngineStop::Cancelled,
+        ];
+        for stop in every {
+            let stored = stored_stop(stop);
+            assert_eq!(engine_of(stored), stop);
+            assert_eq!(
+                serde_json::to_value(stored).unwrap(),
+                serde_json::to_value(stop).unwrap()
+            );
+        }
     }
 
     #[test]

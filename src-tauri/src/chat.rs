@@ -10,9 +10,10 @@ use chats::{
     Store, StreamWriter,
 };
 use engine::audio::{AudioClip, PreparedAudio};
+use engine::events::ChatRequest;
 use engine::image::{preprocess_path, Preprocessed, SoftTokenBudget};
 use engine::template::{self, Part};
-use engine::worker::{ChatRequest, Engine};
+use engine::worker::Engine;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;
 

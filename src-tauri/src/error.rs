@@ -61,10 +61,9 @@ impl Error {
     }
 }
 
-impl From<engine::worker::EngineError> for Error {
-    fn from(err: engine::worker::EngineError) -> Self {
-        use engine::generate::GenerateError;
-        use engine::worker::EngineError;
+impl From<engine::error::EngineError> for Error {
+    fn from(err: engine::error::EngineError) -> Self {
+        use engine::error::{EngineError, GenerateError};
         match err {
             EngineError::NoModel => Self::NoModel,
             EngineError::Generate(GenerateError::PromptTooLong { prompt, context }) => {
@@ -207,8 +206,8 @@ mod tests {
 
     #[test]
     fn a_prompt_longer_than_the_context_is_a_context_full_error_with_both_numbers() {
-        let err = Error::from(engine::worker::EngineError::Generate(
-            engine::generate::GenerateError::PromptTooLong {
+        let err = Error::from(engine::error::EngineError::Generate(
+            engine::error::GenerateError::PromptTooLong {
                 prompt: 9000,
                 context: 8192,
             },
@@ -220,7 +219,7 @@ mod tests {
             "This conversation needs 9,000 tokens, and the context window holds 8,192. Start a \
              new chat, or raise the context length in Settings."
         );
-        let alone = Error::from(engine::worker::EngineError::MessageTooLong {
+        let alone = Error::from(engine::error::EngineError::MessageTooLong {
             message: 131_073,
             context: 131_072,
         });
@@ -245,15 +244,14 @@ mod tests {
     /// error came from.
     #[test]
     fn error_messages_say_each_thing_once_in_words() {
-        use engine::generate::GenerateError;
+        use engine::error::{EngineError, GenerateError};
         use engine::image::ImageError;
-        use engine::worker::EngineError;
         let io = || io::Error::from(io::ErrorKind::PermissionDenied);
         let sqlite = || rusqlite_busy();
         let broken_model = {
             let dir = tempfile::tempdir().unwrap();
             std::fs::write(dir.path().join("config.json"), "{ not json").unwrap();
-            let err = engine::worker::LoadedModel::load(dir.path(), &Default::default())
+            let err = engine::loaded::LoadedModel::load(dir.path(), &Default::default())
                 .err()
                 .expect("a broken folder is refused");
             // As `ModelSetup::load` words it.

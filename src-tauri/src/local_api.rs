@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use api::{ApiConfig, ApiKey, ServedModel, Server, DEFAULT_PORT};
 use chats::Store;
+use engine::batch::{DEFAULT_PARALLEL, MAX_PARALLEL};
 use engine::sampler::SamplerConfig;
-use engine::serve::{DEFAULT_PARALLEL, MAX_PARALLEL};
 use engine::worker::Engine;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;

@@ -1,8 +1,8 @@
 //! The user's generation settings: what they are, their defaults and limits, and where they live.
 
 use chats::Store;
-use engine::generate::GenerateOptions;
 use engine::image::SoftTokenBudget;
+use engine::options::GenerateOptions;
 use engine::sampler::SamplerConfig;
 use serde::{Deserialize, Serialize};
 use ts_rs::TS;

@@ -13,10 +13,13 @@ use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use engine::constraint::{ConstraintError, Grammar};
-use engine::generate::{GenerateError, GenerateOptions, Usage};
+use engine::error::{EngineError, GenerateError};
+use engine::events::{ChatRequest, Event};
+use engine::generate::Usage;
+use engine::options::GenerateOptions;
 use engine::output::{Piece, Splitter};
 use engine::template::ToolCall;
-use engine::worker::{Canceller, ChatRequest, Engine, EngineError, Event};
+use engine::worker::{Canceller, Engine};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 

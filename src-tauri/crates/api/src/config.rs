@@ -55,7 +55,7 @@ impl ApiConfig {
             key,
             allowed_origins: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            parallel: engine::serve::DEFAULT_PARALLEL,
+            parallel: engine::batch::DEFAULT_PARALLEL,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             model: Some(model),
         }

@@ -4,8 +4,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use engine::constraint::ConstraintError;
-use engine::generate::GenerateError;
-use engine::worker::EngineError;
+use engine::error::{EngineError, GenerateError};
 use serde_json::json;
 
 /// Seconds a client told "busy" should wait before asking again.

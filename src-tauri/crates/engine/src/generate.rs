@@ -6,13 +6,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::detokenize::{Detokenizer, Shown};
+use crate::error::Result;
 use crate::speculative::SpeculativeStats;
 use crate::stream::{Prefill, StreamEnd, TokenStream};
 use crate::tokenizer::{SpecialTokens, Tokenizer};
-
-// Where callers have always found them; defined below this module, in `error` and `options`.
-pub use crate::error::{GenerateError, Result};
-pub use crate::options::GenerateOptions;
 
 /// Why generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

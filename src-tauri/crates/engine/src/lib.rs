@@ -24,6 +24,3 @@ pub mod stream;
 pub mod template;
 pub mod tokenizer;
 pub mod worker;
-
-/// Batching's former name, kept for callers outside this crate until they say `batch`.
-pub use batch as serve;

@@ -12,14 +12,10 @@ use std::thread::JoinHandle;
 use gemma::LoadOptions;
 
 use crate::batch::{Batch, Job, Running, Sessions, DEFAULT_PARALLEL, MAX_PARALLEL};
+use crate::error::EngineError;
+use crate::events::{ChatRequest, DrafterInfo, Event, ModelInfo};
+use crate::loaded::LoadedModel;
 use crate::tokenizer::Tokenizer;
-
-// The engine's public types, where callers have always found them (each is defined in the
-// module of its idea: `error`, `events`, `loaded`, `prompt`).
-pub use crate::error::EngineError;
-pub use crate::events::{ChatRequest, DrafterInfo, Event, ModelInfo};
-pub use crate::loaded::LoadedModel;
-pub use crate::prompt::Prompt;
 
 /// What the app asks of the engine thread.
 enum Command {

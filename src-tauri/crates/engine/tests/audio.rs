@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use common::{fixture, greedy, load_f32};
 use engine::audio::{prepare_samples, AudioClip, AudioLimits};
+use engine::loaded::LoadedModel;
 use engine::stream::{Session, StreamRequest};
 use engine::template::{Message, Part, Role};
-use engine::worker::LoadedModel;
 
 /// A 16 kHz signal with some structure (harmonics under an envelope), `seconds` long.
 fn signal(seconds: f64, seed: f64) -> Vec<f32> {

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use engine::worker::LoadedModel;
+use engine::loaded::LoadedModel;
 use gemma::LoadOptions;
 use serde_json::{json, Value};
 
@@ -888,7 +888,7 @@ fn the_undamaged_copy_loads() {
 
 #[test]
 fn tokenizer_configs_that_transformers_accepts_load_and_answer() {
-    use engine::generate::GenerateOptions;
+    use engine::options::GenerateOptions;
     use engine::stream::{Session, StreamRequest};
     use engine::template::{Message, Role};
     type Edit = fn(&mut Value);

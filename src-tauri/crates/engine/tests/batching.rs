@@ -10,12 +10,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::{greedy, load_f32};
-use engine::generate::GenerateOptions;
 use engine::image::{preprocess_bytes, Preprocessed, SoftTokenBudget};
+use engine::loaded::LoadedModel;
+use engine::options::GenerateOptions;
+use engine::prompt::Prompt;
 use engine::sampler::SamplerConfig;
 use engine::stream::{next_tokens, Session, StreamEnd, StreamRequest};
 use engine::template::{Message, Part, Role};
-use engine::worker::{LoadedModel, Prompt};
 
 /// One answer of a batch: its prompt, options, and the step at which it starts.
 struct PlannedAnswer {
@@ -239,7 +240,8 @@ mod engine_thread {
 
     use super::*;
     use common::fixture;
-    use engine::worker::{ChatRequest, Engine, Event};
+    use engine::events::{ChatRequest, Event};
+    use engine::worker::Engine;
     use gemma::LoadOptions;
 
     fn engine() -> Engine {

@@ -8,7 +8,8 @@ use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use common::{fixture, greedy};
-use engine::worker::{ChatRequest, Engine, Event};
+use engine::events::{ChatRequest, Event};
+use engine::worker::Engine;
 use gemma::LoadOptions;
 
 fn request(text: &str) -> ChatRequest {

@@ -8,11 +8,14 @@ use common::{greedy, load_f32};
 use std::sync::atomic::AtomicBool;
 
 use engine::constraint::{ConstraintError, Grammar};
-use engine::generate::{GenerateError, GenerateOptions, StopReason, Usage};
+use engine::error::{EngineError, GenerateError};
+use engine::generate::{StopReason, Usage};
+use engine::loaded::LoadedModel;
+use engine::options::GenerateOptions;
+use engine::prompt::Prompt;
 use engine::sampler::SamplerConfig;
 use engine::stream::{Session, StreamRequest};
 use engine::template::{Message, Role};
-use engine::worker::{EngineError, LoadedModel, Prompt};
 use serde_json::{json, Value};
 
 fn prompt(m: &LoadedModel) -> Prompt {

@@ -8,11 +8,15 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
-use engine::generate::{GenerateError, GenerateOptions, StopReason};
+use engine::error::{EngineError, GenerateError};
+use engine::events::{ChatRequest, Event};
+use engine::generate::StopReason;
+use engine::loaded::LoadedModel;
+use engine::options::GenerateOptions;
 use engine::sampler::SamplerConfig;
 use engine::stream::{Session, StreamEnd, StreamRequest};
 use engine::template::{Message, Role};
-use engine::worker::{ChatRequest, Engine, EngineError, Event, LoadedModel};
+use engine::worker::Engine;
 use gemma::LoadOptions;
 
 #[test]
@@ -527,7 +531,7 @@ fn the_token_stream_hands_out_the_generators_ids_and_says_why_it_ended() {
 fn greedy_answer(
     m: &LoadedModel,
     session: &mut Session,
-    prompt: &engine::worker::Prompt,
+    prompt: &engine::prompt::Prompt,
     max_tokens: usize,
 ) -> (Vec<u32>, String, engine::generate::Usage) {
     let (mut ids, mut text) = (Vec::new(), String::new());

@@ -8,12 +8,16 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
-use engine::generate::{GenerateError, GenerateOptions, StopReason, Usage};
+use engine::error::{EngineError, GenerateError};
+use engine::events::{ChatRequest, Event};
+use engine::generate::{StopReason, Usage};
+use engine::loaded::LoadedModel;
+use engine::options::GenerateOptions;
 use engine::sampler::SamplerConfig;
 use engine::stream::{Session, StreamRequest};
 use engine::template::{Message, Part, RenderOptions, Role};
 use engine::tokenizer::{CHANNEL_CLOSE, CHANNEL_OPEN};
-use engine::worker::{ChatRequest, Engine, EngineError, Event, LoadedModel};
+use engine::worker::Engine;
 use gemma::LoadOptions;
 
 use common::load_f32 as load;

@@ -12,11 +12,12 @@ use std::sync::mpsc::channel;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::generate::GenerateOptions;
+use engine::events::{ChatRequest, Event};
 use engine::image::{preprocess_bytes, Preprocessed, SoftTokenBudget};
+use engine::options::GenerateOptions;
 use engine::sampler::SamplerConfig;
 use engine::template::{Message, Part, Role};
-use engine::worker::{ChatRequest, Engine, Event};
+use engine::worker::Engine;
 use gemma::LoadOptions;
 use image::{ExtendedColorType, ImageEncoder};
 

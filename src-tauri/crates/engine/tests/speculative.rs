@@ -11,14 +11,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::{fixture, greedy, load_f32};
 use engine::error::Result;
-use engine::generate::{generate, GenerateOptions, StopReason};
+use engine::generate::{generate, StopReason};
+use engine::loaded::LoadedModel;
+use engine::options::GenerateOptions;
+use engine::prompt::Prompt;
 use engine::sampler::SamplerConfig;
 use engine::speculative::{
     DraftRound, MtpProposer, Proposer, SpeculativeOptions, SpeculativeStats,
 };
 use engine::stream::{Drafting, Session, StreamRequest, TokenStream};
 use engine::template::{Message, Role};
-use engine::worker::{LoadedModel, Prompt};
 use gemma::{Drafter, Model};
 use mlx_rs::Array;
 

@@ -73,7 +73,8 @@ pub struct Buffer {
     quant: Option<QuantSpec>,
     offset: usize,
     /// Set while the parts are a view of the rows' buffers of a batched step (the step's stamp
-    /// and the row), cleared by any change (see `rows.rs`).
+    /// and the row), cleared by any change (see `batch.rs`; why it stays: docs/ARCHITECTURE.md
+    /// §7).
     lent: Option<(u64, usize)>,
 }
 

@@ -18,11 +18,12 @@ use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use api::{ApiConfig, ApiKey, ServedModel, Server};
-use engine::generate::GenerateOptions;
+use engine::events::{ChatRequest, Event};
 use engine::image::SoftTokenBudget;
+use engine::options::GenerateOptions;
 use engine::sampler::SamplerConfig;
 use engine::template::{Message, Role};
-use engine::worker::{ChatRequest, Engine, Event};
+use engine::worker::Engine;
 use gemma::LoadOptions;
 use serde_json::{json, Value};
 

@@ -20,11 +20,14 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use engine::generate::GenerateOptions;
+use engine::events::{ChatRequest, Event};
+use engine::loaded::LoadedModel;
+use engine::options::GenerateOptions;
+use engine::prompt::Prompt;
 use engine::sampler::SamplerConfig;
 use engine::stream::{next_tokens, Session, StreamRequest};
 use engine::template::{Message, Role};
-use engine::worker::{ChatRequest, Engine, Event, LoadedModel, Prompt};
+use engine::worker::Engine;
 use gemma::LoadOptions;
 use serde::Deserialize;
 use serde_json::{json, Value};

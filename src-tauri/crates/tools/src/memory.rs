@@ -14,8 +14,8 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use engine::generate::GenerateOptions;
 use engine::loaded::LoadedModel;
+use engine::options::GenerateOptions;
 use engine::prompt::Prompt;
 use engine::stream::{Session, StreamRequest};
 use gemma::config::AttentionKind;

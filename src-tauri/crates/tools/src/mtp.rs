@@ -7,8 +7,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use engine::generate::GenerateOptions;
 use engine::loaded::LoadedModel;
+use engine::options::GenerateOptions;
 use engine::prompt::Prompt;
 use engine::speculative::{DraftRound, MtpProposer, Proposer, SpeculativeOptions};
 use engine::stream::{eval_with_caches, Drafting, Session, StreamRequest};

@@ -3,9 +3,9 @@
 
 pub mod png;
 
-use engine::generate::GenerateOptions;
+use engine::loaded::LoadedModel;
+use engine::options::GenerateOptions;
 use engine::sampler::SamplerConfig;
-use engine::worker::LoadedModel;
 use gemma::LoadOptions;
 
 #[path = "../../../fixture_dir.rs"]
@@ -31,8 +31,8 @@ pub fn greedy(max_tokens: usize) -> GenerateOptions {
 }
 
 /// A request as the local API sends it (every API request names the same conversation).
-pub fn api_request(text: &str, options: GenerateOptions) -> engine::worker::ChatRequest {
-    engine::worker::ChatRequest {
+pub fn api_request(text: &str, options: GenerateOptions) -> engine::events::ChatRequest {
+    engine::events::ChatRequest {
         conversation: "local-api".into(),
         messages: vec![engine::template::Message::text(
             engine::template::Role::User,

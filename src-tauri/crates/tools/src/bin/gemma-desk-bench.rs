@@ -17,12 +17,13 @@ use clap::{Parser, ValueEnum};
 use serde::Deserialize;
 use serde_json::json;
 
-use engine::generate::GenerateOptions;
 use engine::image::{preprocess_path, SoftTokenBudget};
+use engine::loaded::LoadedModel;
+use engine::options::GenerateOptions;
+use engine::prompt::Prompt;
 use engine::sampler::{Sampler, SamplerConfig};
 use engine::stream::{eval_with_caches, Session, StreamRequest};
 use engine::template::{Message, Part, Role};
-use engine::worker::{LoadedModel, Prompt};
 use gemma::tuning::{DecodeAttention, DenseFrom as DenseFromRows};
 use gemma::{LoadOptions, Tuning};
 use mlx_rs::{Array, Dtype};

@@ -9,14 +9,15 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::sync::Arc;
 
 use engine::audio::{AudioClip, AudioLimits};
-use engine::generate::{GenerateOptions, StopReason};
+use engine::generate::StopReason;
 use engine::image::{preprocess_path, SoftTokenBudget};
+use engine::loaded::LoadedModel;
 use engine::media::FeatureCache;
+use engine::options::GenerateOptions;
 use engine::sampler::SamplerConfig;
 use engine::speculative::SpeculativeOptions;
 use engine::stream::{placeholder_runs, Session, StreamRequest};
 use engine::template::{Message, Part, Role};
-use engine::worker::LoadedModel;
 use gemma::{LoadOptions, MediaFeatures, Model};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype};
@@ -179,9 +180,9 @@ struct ServeArgs {
     context_length: usize,
     /// Answers written at once, 1 to 8 (requests beyond wait; each answer is the one it would
     /// be alone).
-    #[arg(long, default_value_t = engine::serve::DEFAULT_PARALLEL,
+    #[arg(long, default_value_t = engine::batch::DEFAULT_PARALLEL,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
-              .range(1..=engine::serve::MAX_PARALLEL as u64))]
+              .range(1..=engine::batch::MAX_PARALLEL as u64))]
     parallel: usize,
     /// Requests that may wait behind the ones being answered (more get 503).
     #[arg(long, default_value_t = api::config::DEFAULT_QUEUE_DEPTH)]
