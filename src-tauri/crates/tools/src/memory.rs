@@ -159,7 +159,7 @@ pub fn run(
         .map(|(part, bytes)| {
             // The towers are read by the first question that needs one (`image_question`).
             let tower = matches!(*part, "vision tower" | "audio tower");
-            let in_mlx = !(*part == "PLE table" && ple_from_file) && !tower;
+            let in_mlx = !(tower || *part == "PLE table" && ple_from_file);
             json!({"part": part, "stored_bytes": bytes, "in_mlx": in_mlx, "on_demand": tower})
         })
         .chain(
