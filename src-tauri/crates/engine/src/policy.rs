@@ -1,5 +1,6 @@
 //! The engine's policies: choices about how the engine drives a model (how much to warm up,
-//! when drafting stops paying), not about how the model computes. One value per loaded model
+//! when drafting stops paying, when idle towers and MLX's buffer cache are let go), not about
+//! how the model computes. One value per loaded model
 //! ([`crate::loaded::LoadedModel::policy`]); [`Policy::for_flavor`] is the one place the
 //! defaults are chosen. The measurements behind them are in `bench/results.md`.
 

@@ -179,8 +179,9 @@ impl Engine {
             .map_err(|_| EngineError::Stopped)
     }
 
-    /// How long a vision or audio tower stays in memory after it last ran (default
-    /// [`Policy::tower_idle`]); applies from the engine thread's next idle moment on.
+    /// How long a vision or audio tower stays in memory after it last ran, for this and every
+    /// later model (instead of their [`Policy::tower_idle`]); applies from the engine thread's
+    /// next idle moment on.
     pub fn set_tower_idle(&self, idle: Duration) -> Result<(), EngineError> {
         self.queue.sending();
         self.commands
@@ -312,12 +313,12 @@ struct EngineThread<'q> {
     idle: Idle,
 }
 
-/// What the engine thread lets go of when it has nothing to do (docs/ENGINE.md "Idle release").
+/// What the engine thread lets go of when it has nothing to do (docs/ENGINE.md "Idle release"):
+/// the periods are the loaded model's [`Policy`], the towers' unless [`Engine::set_tower_idle`]
+/// set one.
 struct Idle {
-    /// How long a tower stays after it last ran.
-    towers: Duration,
-    /// How long after the last command MLX's buffer cache is emptied.
-    cache: Duration,
+    /// How long a tower stays after it last ran, when set apart from the policy.
+    towers: Option<Duration>,
     /// When the last command ended.
     since: Instant,
     /// Whether the cache has been emptied since then.
@@ -335,8 +336,7 @@ fn run(inbox: Receiver<Command>, queue: &Queue, running: Running, tokenizer: &To
         sessions: Sessions::new(DEFAULT_PARALLEL),
         waiting: VecDeque::new(),
         idle: Idle {
-            towers: Policy::for_backend().tower_idle,
-            cache: Policy::for_backend().cache_idle,
+            towers: None,
             since: Instant::now(),
             cache_released: false,
         },
@@ -355,7 +355,7 @@ fn run(inbox: Receiver<Command>, queue: &Queue, running: Running, tokenizer: &To
                 let _ = reply.send(());
             }
             Command::SetParallel { answers } => thread.set_parallel(answers),
-            Command::SetTowerIdle { idle } => thread.idle.towers = idle,
+            Command::SetTowerIdle { idle } => thread.idle.towers = Some(idle),
             Command::Generate {
                 id,
                 request,
@@ -407,12 +407,26 @@ impl EngineThread<'_> {
     /// When the next idle release is due: the buffer cache's after the last command, or the
     /// first tower's after it last ran; `None` when nothing is left to let go of.
     fn idle_deadline(&self) -> Option<Instant> {
-        let cache = (!self.idle.cache_released).then(|| self.idle.since + self.idle.cache);
+        let (towers_idle, cache_idle) = self.idle_periods();
+        let cache = (!self.idle.cache_released).then(|| self.idle.since + cache_idle);
         let towers = self
             .loaded
             .as_ref()
-            .and_then(|loaded| loaded.towers_idle_at(self.idle.towers));
+            .and_then(|loaded| loaded.towers_idle_at(towers_idle));
         cache.into_iter().chain(towers).min()
+    }
+
+    /// How long a tower stays after it last ran, and how long the engine idles before it
+    /// empties MLX's buffer cache.
+    fn idle_periods(&self) -> (Duration, Duration) {
+        let policy = match &self.loaded {
+            Some(loaded) => loaded.policy,
+            None => Policy::for_backend(),
+        };
+        (
+            self.idle.towers.unwrap_or(policy.tower_idle),
+            policy.cache_idle,
+        )
     }
 
     /// Nothing to do: drops the towers idle for their period, and hands MLX's buffer cache back
@@ -421,11 +435,12 @@ impl EngineThread<'_> {
     /// and takes no longer than freeing buffers does.
     fn idle(&mut self) {
         let now = Instant::now();
+        let (towers_idle, cache_idle) = self.idle_periods();
         let dropped = self
             .loaded
             .as_ref()
-            .is_some_and(|loaded| loaded.release_idle_towers(self.idle.towers));
-        let due = !self.idle.cache_released && now >= self.idle.since + self.idle.cache;
+            .is_some_and(|loaded| loaded.release_idle_towers(towers_idle));
+        let due = !self.idle.cache_released && now >= self.idle.since + cache_idle;
         if dropped || due {
             if let Err(e) = gemma::memory::release_cache() {
                 eprintln!("emptying MLX's buffer cache failed: {e}");
