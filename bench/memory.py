@@ -78,9 +78,12 @@ def main() -> None:
         if part["stored_bytes"] == 0:
             continue
         drafter = part["part"] == "drafter"
+        note = " (loaded with speculation)" if drafter else ""
+        if part.get("on_demand"):
+            note = " (read by the first question that needs it)"
         lines.append(
             f"| {part['part']} | {mb(part['stored_bytes'])} | {'yes' if part['in_mlx'] else 'no'}"
-            f"{' (loaded with speculation)' if drafter else ''} | {'—' if drafter else 'yes'} |"
+            f"{note} | {'—' if drafter else 'yes'} |"
         )
     lines += [
         "",
@@ -115,6 +118,19 @@ def main() -> None:
     for i, p in enumerate(ours["prefills"]):
         r = ref["prefills"][i]["after"] if ref else None
         lines.append(line(f"after a {p['tokens']}-token prefill (peak: during it)", p["after"], r))
+    image = ours.get("image_question")
+    if image:
+        lines.append(line("after a first image question (peak: during it)", image["after"], None))
+        lines.append(line("after the vision tower's idle release", image["after_idle_release"], None))
+        load = image["tower_load_seconds"]
+        lines += [
+            "",
+            f"First image question ({image['prompt_tokens']} prompt tokens): time to the first token "
+            f"{image['seconds_to_first_token']:.3f} s, of which reading the vision tower "
+            f"{'—' if load is None else f'{load:.3f}'} s; the tower holds {mb(image['tower_bytes'])} MB "
+            f"while in use (released after {ours['tower_idle_seconds']:.0f} s idle). "
+            f"MLX buffer cache limit {mb(ours['cache_limit_bytes'])} MB.",
+        ]
     lines.append("")
     table = "\n".join(lines)
     print(table)

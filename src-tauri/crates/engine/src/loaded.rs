@@ -5,6 +5,7 @@ use std::cell::{OnceCell, RefCell};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use gemma::{Drafter, LoadOptions, Model};
 
@@ -13,7 +14,7 @@ use crate::constraint::{Constraint, Grammars};
 use crate::error::{EngineError, GenerateError};
 use crate::generate::{generate, Delta, Usage};
 use crate::image::Preprocessed;
-use crate::media::FeatureCache;
+use crate::media::{FeatureCache, Towers};
 use crate::options::GenerateOptions;
 use crate::policy::Policy;
 use crate::prompt::Prompt;
@@ -27,8 +28,8 @@ use crate::tokenizer::{SpecialTokens, Tokenizer};
 /// [`FeatureCache`]).
 const MEDIA_FEATURES_KEPT: usize = 16;
 
-/// A loaded model folder: weights, tokenizer, template and special ids, and the features of
-/// recently seen images and audio clips.
+/// A loaded model folder: weights, tokenizer, template and special ids, the vision and audio
+/// towers while they are in use, and the features of recently seen images and audio clips.
 pub struct LoadedModel {
     pub dir: PathBuf,
     pub model: Model,
@@ -37,6 +38,9 @@ pub struct LoadedModel {
     pub template: ChatTemplate,
     pub specials: SpecialTokens,
     features: RefCell<FeatureCache>,
+    /// The towers in MLX memory now: read by the first question that needs one, dropped by
+    /// [`Self::release_idle_towers`].
+    towers: RefCell<Towers>,
     /// The MTP drafter every answer speculates with, when one is set.
     drafter: Option<(Drafter, SpeculativeOptions)>,
     /// The token trie and grammar compiler, built by the first constrained answer.
@@ -60,6 +64,7 @@ impl LoadedModel {
             template,
             specials,
             features: RefCell::new(FeatureCache::new(MEDIA_FEATURES_KEPT)),
+            towers: RefCell::default(),
             drafter: None,
             grammars: OnceCell::new(),
             policy: Policy::for_backend(),
@@ -158,14 +163,16 @@ impl LoadedModel {
         let model = &self.model;
         let prompt = request.prompt;
         let (images, clips) = (&prompt.images, &prompt.audio);
-        let cache = &self.features;
+        let (cache, towers) = (&self.features, &self.towers);
         let mut image_features = |k: usize| -> crate::error::Result<mlx_rs::Array> {
             let image = images.get(k).ok_or(GenerateError::MediaCount {
                 kind: MediaKind::Image,
                 expected: images.len(),
                 found: k + 1,
             })?;
-            cache.borrow_mut().features(model, image)
+            cache
+                .borrow_mut()
+                .features(&mut towers.borrow_mut(), model, image)
         };
         let mut audio_features = |k: usize| -> crate::error::Result<mlx_rs::Array> {
             let clip = clips.get(k).ok_or(GenerateError::MediaCount {
@@ -173,7 +180,9 @@ impl LoadedModel {
                 expected: clips.len(),
                 found: k + 1,
             })?;
-            cache.borrow_mut().audio_features(model, clip)
+            cache
+                .borrow_mut()
+                .audio_features(&mut towers.borrow_mut(), model, clip)
         };
         let mut bound = Vec::with_capacity(2);
         if let (Some(tokens), false) = (self.specials.image, images.is_empty()) {
@@ -258,6 +267,47 @@ impl LoadedModel {
     /// How many times the audio tower has run (clips asked about again reuse its features).
     pub fn audio_tower_runs(&self) -> usize {
         self.features.borrow().audio_tower_runs()
+    }
+
+    /// Reads the checkpoint's vision and audio towers into memory now, as the first question
+    /// about an image or a clip would (a tower the checkpoint lacks is skipped).
+    pub fn load_towers(&self) -> Result<(), EngineError> {
+        let mut towers = self.towers.borrow_mut();
+        if self.model.has_vision() {
+            towers.vision(&self.model)?;
+        }
+        if self.model.has_audio() {
+            towers.audio(&self.model)?;
+        }
+        Ok(())
+    }
+
+    /// Drops each tower that has not run for `idle` (the engine thread calls it when idle:
+    /// docs/ENGINE.md "Idle release"); true if one was dropped. A later question reads it
+    /// again.
+    pub fn release_idle_towers(&self, idle: Duration) -> bool {
+        self.towers.borrow_mut().release_idle(idle, Instant::now())
+    }
+
+    /// When the first tower in memory will have been idle for `idle`; `None` when none is in
+    /// memory.
+    pub fn towers_idle_at(&self, idle: Duration) -> Option<Instant> {
+        self.towers.borrow().idle_at(idle)
+    }
+
+    /// Bytes of the vision and audio towers in MLX memory now (0 for one not loaded).
+    pub fn tower_bytes(&self) -> (usize, usize) {
+        self.towers.borrow().resident_bytes()
+    }
+
+    /// How many times the vision and audio towers have been read from the checkpoint.
+    pub fn tower_loads(&self) -> (usize, usize) {
+        self.towers.borrow().loads()
+    }
+
+    /// How long the latest tower read took (part of its question's time to the first token).
+    pub fn last_tower_load(&self) -> Option<Duration> {
+        self.towers.borrow().last_load()
     }
 
     /// Tokens of the warm-up's first message, from the engine's policy: on a GPU the first

@@ -1,7 +1,10 @@
 //! The engine's policies: choices about how the engine drives a model (how much to warm up,
-//! when drafting stops paying), not about how the model computes. One value per loaded model
+//! when drafting stops paying, when idle towers and MLX's buffer cache are let go), not about
+//! how the model computes. One value per loaded model
 //! ([`crate::loaded::LoadedModel::policy`]); [`Policy::for_flavor`] is the one place the
 //! defaults are chosen. The measurements behind them are in `bench/results.md`.
+
+use std::time::Duration;
 
 /// How the engine drives the model on this MLX build.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -14,6 +17,15 @@ pub struct Policy {
     /// one step per token, so the break-even is `round time / step time − 1` accepted drafts
     /// (docs/SPECULATIVE.md).
     pub min_drafts_accepted: f32,
+    /// How long a vision or audio tower stays in memory after it last ran; the engine thread
+    /// then drops it, and the next question about an image or a clip reads it again
+    /// (docs/ENGINE.md "Idle release").
+    pub tower_idle: Duration,
+    /// How long the engine thread waits with nothing to do before it hands MLX's buffer cache
+    /// back to the system.
+    pub cache_idle: Duration,
+    /// What MLX's buffer cache may keep while answers run (set when a model is loaded).
+    pub cache_limit: usize,
 }
 
 impl Policy {
@@ -39,6 +51,14 @@ impl Policy {
                 _ if cuda => 2.2,
                 _ => 2.4,
             },
+            // A picture or a clip is usually followed by a few questions about it within
+            // minutes; reading a tower again costs about a second (E4B's vision tower is
+            // ~0.3 GB, its audio tower ~0.6 GB), small beside a chat's pause, so five minutes.
+            tower_idle: Duration::from_secs(300),
+            // Long enough that a client's back-to-back requests reuse the buffers, short
+            // enough that memory goes back soon after an answer.
+            cache_idle: Duration::from_secs(5),
+            cache_limit: gemma::memory::DEFAULT_CACHE_LIMIT,
         }
     }
 }

@@ -5,9 +5,10 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use gemma::LoadOptions;
 
@@ -15,6 +16,7 @@ use crate::batch::{Batch, Job, Running, Sessions, DEFAULT_PARALLEL, MAX_PARALLEL
 use crate::error::EngineError;
 use crate::events::{ChatRequest, DrafterInfo, Event, ModelInfo};
 use crate::loaded::LoadedModel;
+use crate::policy::Policy;
 use crate::tokenizer::Tokenizer;
 
 /// What the app asks of the engine thread.
@@ -41,6 +43,9 @@ enum Command {
     },
     SetParallel {
         answers: usize,
+    },
+    SetTowerIdle {
+        idle: Duration,
     },
     Shutdown,
 }
@@ -170,6 +175,16 @@ impl Engine {
             .map_err(|_| EngineError::Stopped)
     }
 
+    /// How long a vision or audio tower stays in memory after it last ran, for this and every
+    /// later model (instead of their [`Policy::tower_idle`]); applies from the engine thread's
+    /// next idle moment on.
+    pub fn set_tower_idle(&self, idle: Duration) -> Result<(), EngineError> {
+        self.queue.sending();
+        self.commands
+            .send(Command::SetTowerIdle { idle })
+            .map_err(|_| EngineError::Stopped)
+    }
+
     fn cancel_all(&self) {
         if let Ok(running) = self.running.lock() {
             running
@@ -290,6 +305,20 @@ struct EngineThread<'q> {
     sessions: Sessions,
     /// Commands received and not yet run, so that one sent first can be run before others.
     waiting: VecDeque<Command>,
+    /// When to let go of idle towers and of MLX's buffer cache (see [`EngineThread::idle`]).
+    idle: Idle,
+}
+
+/// What the engine thread lets go of when it has nothing to do (docs/ENGINE.md "Idle release"):
+/// the periods are the loaded model's [`Policy`], the towers' unless [`Engine::set_tower_idle`]
+/// set one.
+struct Idle {
+    /// How long a tower stays after it last ran, when set apart from the policy.
+    towers: Option<Duration>,
+    /// When the last command ended.
+    since: Instant,
+    /// Whether the cache has been emptied since then.
+    cache_released: bool,
 }
 
 fn run(inbox: Receiver<Command>, queue: &Queue, running: Running, tokenizer: &TokenizerSlot) {
@@ -302,6 +331,11 @@ fn run(inbox: Receiver<Command>, queue: &Queue, running: Running, tokenizer: &To
         parallel: DEFAULT_PARALLEL,
         sessions: Sessions::new(DEFAULT_PARALLEL),
         waiting: VecDeque::new(),
+        idle: Idle {
+            towers: None,
+            since: Instant::now(),
+            cache_released: false,
+        },
     };
     while let Some(command) = thread.next_command() {
         match command {
@@ -317,6 +351,7 @@ fn run(inbox: Receiver<Command>, queue: &Queue, running: Running, tokenizer: &To
                 let _ = reply.send(());
             }
             Command::SetParallel { answers } => thread.set_parallel(answers),
+            Command::SetTowerIdle { idle } => thread.idle.towers = Some(idle),
             Command::Generate {
                 id,
                 request,
@@ -330,19 +365,31 @@ fn run(inbox: Receiver<Command>, queue: &Queue, running: Running, tokenizer: &To
                 events,
             }),
         }
+        thread.idle.since = Instant::now();
+        thread.idle.cache_released = false;
     }
 }
 
 impl EngineThread<'_> {
-    /// The command to run next (see [`next_to_run`]), waiting for one if none is; `None` once
-    /// every sender has gone.
+    /// The command to run next (see [`next_to_run`]), waiting for one if none is (and letting
+    /// go of what idles meanwhile: [`Self::idle`]); `None` once every sender has gone.
     fn next_command(&mut self) -> Option<Command> {
         loop {
             self.waiting.extend(self.inbox.try_iter());
-            if self.waiting.is_empty() {
-                match self.inbox.recv() {
+            while self.waiting.is_empty() {
+                let received = match self.idle_deadline() {
+                    None => self
+                        .inbox
+                        .recv()
+                        .map_err(|_| RecvTimeoutError::Disconnected),
+                    Some(at) => self
+                        .inbox
+                        .recv_timeout(at.saturating_duration_since(Instant::now())),
+                };
+                match received {
                     Ok(command) => self.waiting.push_back(command),
-                    Err(_) => return None,
+                    Err(RecvTimeoutError::Timeout) => self.idle(),
+                    Err(RecvTimeoutError::Disconnected) => return None,
                 }
             }
             let kinds: Vec<Kind> = self.waiting.iter().map(Command::kind).collect();
@@ -350,6 +397,51 @@ impl EngineThread<'_> {
                 self.queue.taken();
                 return Some(command);
             }
+        }
+    }
+
+    /// When the next idle release is due: the buffer cache's after the last command, or the
+    /// first tower's after it last ran; `None` when nothing is left to let go of.
+    fn idle_deadline(&self) -> Option<Instant> {
+        let (towers_idle, cache_idle) = self.idle_periods();
+        let cache = (!self.idle.cache_released).then(|| self.idle.since + cache_idle);
+        let towers = self
+            .loaded
+            .as_ref()
+            .and_then(|loaded| loaded.towers_idle_at(towers_idle));
+        cache.into_iter().chain(towers).min()
+    }
+
+    /// How long a tower stays after it last ran, and how long the engine idles before it
+    /// empties MLX's buffer cache.
+    fn idle_periods(&self) -> (Duration, Duration) {
+        let policy = match &self.loaded {
+            Some(loaded) => loaded.policy,
+            None => Policy::for_backend(),
+        };
+        (
+            self.idle.towers.unwrap_or(policy.tower_idle),
+            policy.cache_idle,
+        )
+    }
+
+    /// Nothing to do: drops the towers idle for their period, and hands MLX's buffer cache back
+    /// to the system once the engine has idled for its period or a tower was dropped (the
+    /// tower's buffers would otherwise stay in the cache). Runs only while no command waits,
+    /// and takes no longer than freeing buffers does.
+    fn idle(&mut self) {
+        let now = Instant::now();
+        let (towers_idle, cache_idle) = self.idle_periods();
+        let dropped = self
+            .loaded
+            .as_ref()
+            .is_some_and(|loaded| loaded.release_idle_towers(towers_idle));
+        let due = !self.idle.cache_released && now >= self.idle.since + cache_idle;
+        if dropped || due {
+            if let Err(e) = gemma::memory::release_cache() {
+                eprintln!("emptying MLX's buffer cache failed: {e}");
+            }
+            self.idle.cache_released = true;
         }
     }
 
@@ -378,10 +470,15 @@ impl EngineThread<'_> {
     ) {
         self.unload();
         let result = LoadedModel::load(dir, options).map(|loaded| {
+            // The towers are not in memory yet: whether the checkpoint has them was checked at
+            // load.
             let info = ModelInfo {
-                vision: loaded.model.vision().is_some() && loaded.specials.image.is_some(),
-                audio: loaded.model.audio().is_some() && loaded.specials.audio.is_some(),
+                vision: loaded.model.has_vision() && loaded.specials.image.is_some(),
+                audio: loaded.model.has_audio() && loaded.specials.audio.is_some(),
             };
+            if let Err(e) = gemma::memory::limit_cache(loaded.policy.cache_limit) {
+                eprintln!("bounding MLX's buffer cache failed: {e}");
+            }
             self.loaded = Some(loaded);
             info
         });

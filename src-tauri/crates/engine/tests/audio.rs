@@ -143,7 +143,8 @@ fn the_clip_reaches_the_model() {
     let m = load_f32();
     let tower = m
         .model
-        .audio()
+        .load_audio()
+        .unwrap()
         .expect("the tiny fixture has an audio tower");
     let token_id = m.specials.audio.unwrap().placeholder;
     let mut last_rows = Vec::new();
@@ -232,7 +233,7 @@ fn an_image_and_a_clip_in_one_message() {
 fn a_model_without_an_audio_tower_refuses_a_clip_clearly() {
     let dir = fixture().with_file_name("tiny-plmp-bf16");
     let m = LoadedModel::load(&dir, &gemma::LoadOptions::default()).unwrap();
-    assert!(m.model.audio().is_none());
+    assert!(!m.model.has_audio());
     let clips = vec![clip(1.0, 0.0)];
     let cancel = AtomicBool::new(false);
     let outcome = m

@@ -37,7 +37,7 @@ fn main() -> Result<()> {
     let model = Model::load(&PathBuf::from(model_dir), &options)?;
     eprintln!("loaded in {:.2} s", started.elapsed().as_secs_f64());
     let tower = model
-        .audio()
+        .load_audio()?
         .ok_or_else(|| anyhow!("{model_dir} has no audio tower"))?;
     let bytes = std::fs::read(input).with_context(|| format!("reading {input}"))?;
     let tensors = SafeTensors::deserialize(&bytes)?;

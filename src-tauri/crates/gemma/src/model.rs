@@ -1,6 +1,6 @@
 //! Loading a model folder into a runnable model.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use mlx_rs::transforms::eval;
 use mlx_rs::{Array, Dtype, Stream};
@@ -31,14 +31,38 @@ pub struct LoadOptions {
     pub ple_resident: bool,
 }
 
-/// A loaded Gemma 4 model.
+/// A loaded Gemma 4 model: the text model in MLX memory; the vision and audio towers checked
+/// at load and read from the checkpoint only when asked for ([`Model::load_vision`],
+/// [`Model::load_audio`]), so that a text-only chat never holds their bytes. Who asks decides
+/// how long a tower stays (the engine's `LoadedModel`, docs/MODEL.md "Towers on demand").
 pub struct Model {
     config: Config,
     table: Vec<LayerSpec>,
     text: TextModel,
-    vision: Option<VisionTower>,
-    audio: Option<AudioTower>,
+    towers: TowerSource,
     tuning: Tuning,
+}
+
+/// What reading a tower again from the checkpoint needs: the folder, the dtypes chosen at load,
+/// and which towers the load found (checked, not read).
+struct TowerSource {
+    dir: PathBuf,
+    /// The compute dtype of the load (the checkpoint's own unless one was chosen).
+    dtype: Dtype,
+    /// Whether a dtype was chosen: the audio tower then computes in it instead of as stored.
+    dtype_chosen: bool,
+    vision: bool,
+    audio: bool,
+}
+
+/// A tower's checkpoint names: the tower and its projection into the text width.
+fn is_vision(name: &str) -> bool {
+    name.starts_with("vision_tower.") || name.starts_with("embed_vision.")
+}
+
+/// See [`is_vision`].
+fn is_audio(name: &str) -> bool {
+    name.starts_with("audio_tower.") || name.starts_with("embed_audio.")
 }
 
 impl Model {
@@ -72,33 +96,88 @@ impl Model {
         // Missing or wrong tensors stand in as zeros until `finish` reports them all at once.
         let root = store.root(&config.quantization, dtype, options.tuning);
         let text = TextModel::load(&root, &config, &table, !options.ple_resident)?;
+        // The towers are built here only to check their tensors (names, shapes, dtypes) with
+        // the rest: MLX reads a tensor's bytes only when it is evaluated, and these never are.
         let vision = VisionTower::load(&root, &config)?;
-        // The audio tower computes in float32 from its weights as stored, unless a dtype was
-        // chosen (docs/AUDIO.md "The audio tower").
-        let audio_root = match options.dtype {
-            Some(_) => root.clone(),
-            None => root.as_stored(),
-        };
-        let audio = AudioTower::load(&audio_root, &config)?;
+        let audio = AudioTower::load(&audio_root(&root, options.dtype), &config)?;
         store.finish()?;
-        // Read every weight now (one pass over the files, casts done once), so that the first
-        // request pays no loading and no source copy of a cast weight stays alive.
-        let mut arrays = text.arrays();
-        if let Some(v) = &vision {
-            arrays.extend(v.arrays());
-        }
-        if let Some(a) = &audio {
-            arrays.extend(a.arrays());
-        }
-        eval(arrays)?;
+        let towers = TowerSource {
+            dir: dir.to_path_buf(),
+            dtype,
+            dtype_chosen: options.dtype.is_some(),
+            vision: vision.is_some(),
+            audio: audio.is_some(),
+        };
+        drop((vision, audio));
+        // Read every weight of the text model now (one pass over the files, casts done once),
+        // so that the first request pays no loading and no source copy of a cast weight stays
+        // alive.
+        eval(text.arrays())?;
         Ok(Self {
             config,
             table,
             text,
-            vision,
-            audio,
+            towers,
             tuning: options.tuning,
         })
+    }
+
+    /// Whether the checkpoint has a vision tower (checked at load; see [`Self::load_vision`]).
+    pub fn has_vision(&self) -> bool {
+        self.towers.vision
+    }
+
+    /// Whether the checkpoint's config has an audio tower (`audio_config` not null) and its
+    /// tensors were found at load (see [`Self::load_audio`]).
+    pub fn has_audio(&self) -> bool {
+        self.towers.audio
+    }
+
+    /// Reads the vision tower from the checkpoint into MLX memory (every weight evaluated, in
+    /// the dtype of the load); `None` when the checkpoint has none. The tensors are checked
+    /// again: a checkpoint changed on disk since the load is an error in words.
+    pub fn load_vision(&self) -> Result<Option<VisionTower>> {
+        if !self.towers.vision {
+            return Ok(None);
+        }
+        let tower = self.load_tower(is_vision, |root| VisionTower::load(root, &self.config))?;
+        if let Some(t) = &tower {
+            eval(t.arrays())?;
+        }
+        Ok(tower)
+    }
+
+    /// Reads the audio tower from the checkpoint into MLX memory, as [`Self::load_vision`]
+    /// does: float weights as stored unless the load chose a dtype (docs/AUDIO.md "The audio
+    /// tower"); `None` when the checkpoint has none.
+    pub fn load_audio(&self) -> Result<Option<AudioTower>> {
+        if !self.towers.audio {
+            return Ok(None);
+        }
+        let chosen = self.towers.dtype_chosen.then_some(self.towers.dtype);
+        let tower = self.load_tower(is_audio, |root| {
+            AudioTower::load(&audio_root(root, chosen), &self.config)
+        })?;
+        if let Some(t) = &tower {
+            eval(t.arrays())?;
+        }
+        Ok(tower)
+    }
+
+    /// Opens the checkpoint again for the tensors `part` names only, builds them with `build`,
+    /// and checks them as strictly as the load did.
+    fn load_tower<T>(
+        &self,
+        part: fn(&str) -> bool,
+        build: impl FnOnce(&crate::weights::Weights<'_>) -> Result<Option<T>>,
+    ) -> Result<Option<T>> {
+        let dir = &self.towers.dir;
+        let mut store = mlx_rs::with_stream(&Stream::new(), || WeightStore::open(dir))?;
+        store.ignore_where(|name| !part(name));
+        let root = store.root(&self.config.quantization, self.towers.dtype, self.tuning);
+        let tower = build(&root)?;
+        store.finish()?;
+        Ok(tower)
     }
 
     /// The backend tuning this model runs with.
@@ -109,16 +188,6 @@ impl Model {
     /// The checkpoint's configuration.
     pub fn config(&self) -> &Config {
         &self.config
-    }
-
-    /// The vision tower, when the checkpoint has one.
-    pub fn vision(&self) -> Option<&VisionTower> {
-        self.vision.as_ref()
-    }
-
-    /// The audio tower, when the checkpoint's config has one (`audio_config` not null).
-    pub fn audio(&self) -> Option<&AudioTower> {
-        self.audio.as_ref()
     }
 
     /// The per-layer token table (E2B/E4B), read from the file or resident (`ple.rs`).
@@ -373,6 +442,18 @@ fn apply_kv_config(dir: &Path, table: &mut [LayerSpec]) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// The audio tower computes in float32 from its weights as stored, unless a dtype was chosen
+/// (docs/AUDIO.md "The audio tower").
+fn audio_root<'a>(
+    root: &crate::weights::Weights<'a>,
+    chosen: Option<Dtype>,
+) -> crate::weights::Weights<'a> {
+    match chosen {
+        Some(_) => root.clone(),
+        None => root.as_stored(),
+    }
 }
 
 fn checkpoint_dtype(store: &WeightStore) -> Dtype {

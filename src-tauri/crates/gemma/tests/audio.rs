@@ -93,9 +93,15 @@ fn transpose_bf16(bytes: &[u8], shape: &[usize], axes: &[usize]) -> (Vec<usize>,
 #[test]
 fn the_tiny_tower_loads_and_a_null_audio_config_means_no_tower() {
     let model = load(&common::fixture("tiny"));
-    let tower = model.audio().expect("tiny has an audio tower");
+    assert!(model.has_audio());
+    let tower = model
+        .load_audio()
+        .unwrap()
+        .expect("tiny has an audio tower");
     assert_eq!(tower.config().num_hidden_layers, 2);
-    assert!(load(&common::fixture("tiny-plmp-bf16")).audio().is_none());
+    let without = load(&common::fixture("tiny-plmp-bf16"));
+    assert!(!without.has_audio());
+    assert!(without.load_audio().unwrap().is_none());
 
     // The reference drops the audio tensors of a checkpoint whose config has no tower.
     let tmp = common::copy_of("tiny");
@@ -104,7 +110,9 @@ fn the_tiny_tower_loads_and_a_null_audio_config_means_no_tower() {
         serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
     json["audio_config"] = serde_json::Value::Null;
     std::fs::write(&config, json.to_string()).unwrap();
-    assert!(load(tmp.path()).audio().is_none());
+    let without = load(tmp.path());
+    assert!(!without.has_audio());
+    assert!(without.load_audio().unwrap().is_none());
 }
 
 #[test]
@@ -174,7 +182,7 @@ fn channel_first_convolution_weights_are_transposed_as_the_reference_does() {
         valid: &valid,
     };
     let model = load(&common::fixture("tiny"));
-    let (expected, _) = model.audio().unwrap().tower(&mel).unwrap();
+    let (expected, _) = model.load_audio().unwrap().unwrap().tower(&mel).unwrap();
 
     let tmp = common::copy_of("tiny");
     let conv = "audio_tower.subsample_conv_projection.layer1.conv.weight";
@@ -187,14 +195,14 @@ fn channel_first_convolution_weights_are_transposed_as_the_reference_does() {
         });
     }
     let model = load(tmp.path());
-    let (got, _) = model.audio().unwrap().tower(&mel).unwrap();
+    let (got, _) = model.load_audio().unwrap().unwrap().tower(&mel).unwrap();
     assert_eq!(host(&got), host(&expected));
 }
 
 #[test]
 fn tower_rows_masks_and_the_placeholder_mapping() {
     let model = load(&common::fixture("tiny"));
-    let tower = model.audio().unwrap();
+    let tower = model.load_audio().unwrap().unwrap();
     let hidden = model.config().text.hidden_size;
     // 123 frames, 86 real: T2 = ceil(123 / 4) = 31 rows; frame 4k is real for k < 22.
     let (data, valid) = features(123, 86);
@@ -231,7 +239,7 @@ fn tower_rows_masks_and_the_placeholder_mapping() {
 #[test]
 fn bad_features_get_clear_errors() {
     let model = load(&common::fixture("tiny"));
-    let tower = model.audio().unwrap();
+    let tower = model.load_audio().unwrap().unwrap();
     let (data, valid) = features(16, 16);
     let error = |mel: Mel<'_>, soft_tokens: usize| match tower.encode(&mel, soft_tokens) {
         Ok(_) => panic!("encoded bad input"),

@@ -45,7 +45,7 @@ fn every_fixture_variant_loads_with_its_layer_table() {
             layers.len() - model.config().text.num_kv_shared_layers,
             "{name}"
         );
-        assert!(model.vision().is_some(), "{name} has a vision tower");
+        assert!(model.has_vision(), "{name} has a vision tower");
     }
 }
 

@@ -5,19 +5,24 @@
 //! positions (in the activation dtype, and stored with 8 and 4 KV bits), and MLX's active and
 //! peak bytes and the process's resident set after loading and after a prefill through the
 //! engine's own path (`LoadedModel::token_stream`: chunked as the app chunks, logits of the last row
-//! only). `bench/memory.py` runs it beside mlx-vlm and prints the table.
+//! only); then, when the model has a vision tower, a first question about an image (the tower
+//! read from the checkpoint as part of its time to the first token) and the memory after the
+//! tower's idle release. `bench/memory.py` runs it beside mlx-vlm and prints the table.
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
+use engine::image::{preprocess_bytes, SoftTokenBudget};
 use engine::loaded::LoadedModel;
 use engine::options::GenerateOptions;
 use engine::prompt::Prompt;
 use engine::stream::{Session, StreamRequest};
+use engine::template::{Message, Part, Role};
 use gemma::config::AttentionKind;
 use gemma::memory::{counters, process_rss, release_cache, reset_peak};
 use gemma::{LoadOptions, Model};
@@ -98,6 +103,8 @@ pub fn run(
     let started = Instant::now();
     let loaded =
         LoadedModel::load(dir, options).with_context(|| format!("loading {}", dir.display()))?;
+    // As the app's engine thread bounds it at load.
+    gemma::memory::limit_cache(loaded.policy.cache_limit)?;
     let model = &loaded.model;
     let load_s = started.elapsed().as_secs_f64();
     let after_load = snapshot()?;
@@ -107,8 +114,10 @@ pub fn run(
         .iter()
         .filter(|(part, _)| *part != "drafter")
         .map(|(part, bytes)| {
-            let in_mlx = !(*part == "PLE table" && ple_from_file);
-            json!({"part": part, "stored_bytes": bytes, "in_mlx": in_mlx})
+            // The towers are read by the first question that needs one (`image_question`).
+            let tower = matches!(*part, "vision tower" | "audio tower");
+            let in_mlx = !(tower || *part == "PLE table" && ple_from_file);
+            json!({"part": part, "stored_bytes": bytes, "in_mlx": in_mlx, "on_demand": tower})
         })
         .chain(
             parts
@@ -172,6 +181,10 @@ pub fn run(
         }));
         drop(session);
     }
+    let image = match (model.has_vision(), loaded.specials.image) {
+        (true, Some(_)) => Some(image_question(&loaded, &generate)?),
+        _ => None,
+    };
     release_cache()?;
     Ok(json!({
         "model": dir.display().to_string(),
@@ -185,6 +198,87 @@ pub fn run(
         "before_load": before,
         "after_load": after_load,
         "prefills": prefill_runs,
-        "cache_limit_bytes": gemma::memory::DEFAULT_CACHE_LIMIT,
+        "image_question": image,
+        "cache_limit_bytes": loaded.policy.cache_limit,
+        "tower_idle_seconds": loaded.policy.tower_idle.as_secs_f64(),
     }))
+}
+
+/// The first question about an image after the load, through the engine's path: the vision
+/// tower is read from the checkpoint inside it (its read time is part of the time to the first
+/// token, and reported apart), then the tower is released as the idle period would.
+fn image_question(loaded: &LoadedModel, options: &GenerateOptions) -> Result<Value> {
+    let options = GenerateOptions {
+        context_window: options.context_window.max(2048),
+        ..options.clone()
+    };
+    release_cache()?;
+    reset_peak()?;
+    let start = snapshot()?;
+    let started = Instant::now();
+    let image = Arc::new(preprocess_bytes(
+        &gradient_bmp(640, 480),
+        SoftTokenBudget::T280,
+    )?);
+    let messages = [Message::new(
+        Role::User,
+        vec![
+            Part::Image,
+            Part::Text {
+                text: "Describe this picture.".into(),
+            },
+        ],
+    )];
+    let prompt = loaded.prompt(&messages, false, &[image])?;
+    let mut session = Session::new(&loaded.model);
+    let cancel = AtomicBool::new(false);
+    let mut stream =
+        loaded.token_stream(StreamRequest::new(&mut session, &prompt, &options, &cancel))?;
+    let first = stream.next_token()?;
+    let ttft = started.elapsed().as_secs_f64();
+    let during = snapshot()?;
+    drop(stream);
+    drop(session);
+    let (tower_bytes, _) = loaded.tower_bytes();
+    let tower_load = loaded.last_tower_load().map(|d| d.as_secs_f64());
+    loaded.release_idle_towers(Duration::ZERO);
+    loaded.forget_media_features();
+    release_cache()?;
+    Ok(json!({
+        "prompt_tokens": prompt.ids.len(),
+        "seconds_to_first_token": ttft,
+        "tower_load_seconds": tower_load,
+        "tower_bytes": tower_bytes,
+        "first_token": first,
+        "before": start,
+        "after": during,
+        "after_idle_release": snapshot()?,
+    }))
+}
+
+/// An uncompressed 24-bit BMP of a colour gradient, `width` × `height` (a multiple of 4 wide).
+fn gradient_bmp(width: u32, height: u32) -> Vec<u8> {
+    let data = width * height * 3;
+    let mut out = Vec::with_capacity(54 + data as usize);
+    out.extend(b"BM");
+    for v in [54 + data, 0, 54, 40] {
+        out.extend(v.to_le_bytes());
+    }
+    out.extend((width as i32).to_le_bytes());
+    out.extend((height as i32).to_le_bytes());
+    out.extend(1u16.to_le_bytes());
+    out.extend(24u16.to_le_bytes());
+    for v in [0u32, data, 2835, 2835, 0, 0] {
+        out.extend(v.to_le_bytes());
+    }
+    for y in 0..height {
+        for x in 0..width {
+            out.extend([
+                (x * 255 / width) as u8,
+                (y * 255 / height) as u8,
+                ((x + y) % 256) as u8,
+            ]);
+        }
+    }
+    out
 }

@@ -12,7 +12,7 @@ use engine::audio::{AudioClip, AudioLimits};
 use engine::generate::StopReason;
 use engine::image::{preprocess_path, SoftTokenBudget};
 use engine::loaded::LoadedModel;
-use engine::media::FeatureCache;
+use engine::media::{FeatureCache, Towers};
 use engine::options::GenerateOptions;
 use engine::sampler::SamplerConfig;
 use engine::speculative::SpeculativeOptions;
@@ -729,12 +729,12 @@ fn image_features(
         return Ok(None);
     };
     let budget = SoftTokenBudget::try_from(budget)?;
-    let mut cache = FeatureCache::new(images.len());
+    let (mut cache, mut towers) = (FeatureCache::new(images.len()), Towers::default());
     let mut parts = Vec::new();
     for path in images {
         let image =
             preprocess_path(path, budget).with_context(|| format!("reading {}", path.display()))?;
-        parts.push(cache.features(model, &image)?);
+        parts.push(cache.features(&mut towers, model, &image)?);
     }
     let features = mlx_rs::ops::concatenate(&parts, 0)?;
     let rows = features.shape()[0] as usize;
@@ -789,7 +789,7 @@ fn audio_features(
     let (Some(audio_token), false) = (audio_token, clips.is_empty()) else {
         return Ok(None);
     };
-    let mut cache = FeatureCache::new(clips.len());
+    let (mut cache, mut towers) = (FeatureCache::new(clips.len()), Towers::default());
     let mut parts = Vec::new();
     for (clip, (_, len)) in clips.iter().zip(&runs) {
         if clip.soft_tokens != *len {
@@ -799,7 +799,7 @@ fn audio_features(
                 clip.soft_tokens
             );
         }
-        parts.push(cache.audio_features(model, clip)?);
+        parts.push(cache.audio_features(&mut towers, model, clip)?);
     }
     Ok(Some((audio_token, mlx_rs::ops::concatenate(&parts, 0)?)))
 }
