@@ -14,9 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use engine::audio::{prepare_samples, AudioClip, AudioLimits};
+use engine::events::{ChatRequest, Event};
+use engine::loaded::LoadedModel;
 use engine::stream::{Session, StreamRequest};
 use engine::template::{Message, Part, Role};
-use engine::worker::{ChatRequest, Engine, Event, LoadedModel};
+use engine::worker::Engine;
 use gemma::weights::{checkpoint_files, read_header};
 use gemma::LoadOptions;
 
