@@ -4,9 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use chats::Store;
 use engine::fit::{self, MachineDefaults, Needs, Room};
+use engine::policy::Policy;
 use engine::worker::Engine;
 use gemma::memory::DeviceInfo;
 use gemma::LoadOptions;
@@ -19,6 +21,18 @@ use crate::events::Events;
 use crate::faster::{self, FasterAnswers};
 use crate::settings::{Settings, MAX_CONTEXT};
 use crate::sync::lock;
+
+/// The towers' idle period on a machine without room to keep them beside the model.
+const TIGHT_TOWER_IDLE: Duration = Duration::from_secs(30);
+
+/// The towers' idle period for a machine's defaults (see `Models::apply_tower_idle`).
+pub(crate) fn tower_idle(defaults: &MachineDefaults) -> Duration {
+    if defaults.towers_warm {
+        Policy::default().tower_idle
+    } else {
+        TIGHT_TOWER_IDLE
+    }
+}
 
 /// Where the model stands, as the UI shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
@@ -363,6 +377,7 @@ impl Models {
                 let _ = Settings::remember_model(&self.store, Some(&dir));
                 let _ = Settings::remember_recent(&self.store, &dir);
                 self.apply_faster_answers(&candidate.dir);
+                self.apply_tower_idle(&candidate.dir);
                 self.set(ready.clone());
                 Ok(ready)
             }
@@ -481,6 +496,19 @@ impl Models {
             &self.hf_cache,
         );
         self.set_faster(state);
+    }
+
+    /// How long a tower the model read for an image or a clip stays after its last use: the
+    /// engine's period where the machine has room for the towers beside the model
+    /// (`MachineDefaults::towers_warm`), else `TIGHT_TOWER_IDLE`, so that on a Mac without
+    /// that room the tower's memory goes back soon after the question.
+    fn apply_tower_idle(&self, model_dir: &Path) {
+        if let Err(err) = self
+            .engine
+            .set_tower_idle(tower_idle(&self.defaults(model_dir)))
+        {
+            eprintln!("the towers' idle period was not set: {err}");
+        }
     }
 
     /// A download of the app's, in its models folder, goes by its repository id, as it did

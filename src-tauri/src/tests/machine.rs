@@ -161,3 +161,24 @@ fn faster_answers_are_off_by_default_on_an_m1_and_on_on_an_m3_until_switched() {
         FasterAnswers::Off { .. }
     ));
 }
+
+#[test]
+fn a_tower_goes_back_soon_after_use_on_a_machine_without_room_to_keep_it() {
+    let mut needs = engine::fit::Needs::default();
+    needs.weights = 2_900_000_000;
+    needs.towers = 900_000_000;
+    let choose = |memory, working_set| {
+        engine::fit::MachineDefaults::choose(&machine(memory, working_set), &needs)
+    };
+    // An 8 GB Mac lets the GPU hold ~5.3 GB: the model and its transients fit, the towers
+    // beside them would leave less than a quarter free.
+    let tight = choose(8_000_000_000, 5_300_000_000);
+    let roomy = choose(32_000_000_000, 21_000_000_000);
+
+    assert!(!tight.towers_warm && roomy.towers_warm);
+    assert_eq!(crate::model_setup::tower_idle(&tight).as_secs(), 30);
+    assert_eq!(
+        crate::model_setup::tower_idle(&roomy),
+        engine::policy::Policy::default().tower_idle
+    );
+}
