@@ -1,7 +1,6 @@
-// @vitest-environment jsdom
 import { describe, expect, it } from "vitest";
 
-import type { ModelState } from "../api";
+import type { ModelState, RecentModel } from "../api";
 import { READY } from "../test/backend";
 import { Value } from "../store";
 import { describeMemory, formatGigabytes, ModelPanel } from "./model-settings";
@@ -30,7 +29,9 @@ describe("the memory the model uses", () => {
         download: () => Promise.resolve(),
         cancelDownload: () => Promise.resolve(),
         forget: () => Promise.resolve(),
+        openRecent: () => Promise.resolve(),
       },
+      new Value<RecentModel[]>([]),
     );
     const fact = () => panel.element.querySelector('[data-fact="Memory in use"]')?.textContent;
     expect(fact()).toBe("not known");
