@@ -69,6 +69,22 @@ describe("tooltips", () => {
     expect(tip().hidden).toBe(true);
   });
 
+  it("shows inside an open dialog, which is drawn above the rest of the window", () => {
+    const dialog = document.createElement("dialog");
+    const save = iconButton("Save settings", icon("copy"));
+    dialog.append(save);
+    document.body.append(dialog);
+    dialog.setAttribute("open", "");
+    over(save);
+    vi.advanceTimersByTime(TOOLTIP_DELAY_MS);
+    expect(tip().hidden).toBe(false);
+    expect(tip().parentElement).toBe(dialog);
+    out(save);
+    over(copy);
+    vi.advanceTimersByTime(TOOLTIP_DELAY_MS);
+    expect(tip().parentElement).toBe(document.body);
+  });
+
   it("follows a title the code changes later, and describes an element with no label of its own", () => {
     const stats = document.createElement("div");
     stats.title = "Prompt: 12 tokens";

@@ -34,6 +34,9 @@ export function installTooltips(doc: Document = document): () => void {
   const show = (target: HTMLElement) => {
     const text = target.dataset.tooltip ?? "";
     if (!target.isConnected || text.trim() === "") return hide();
+    // A modal dialog is drawn above everything else: its controls' tooltips go inside it.
+    const host = target.closest("dialog[open]") ?? doc.body;
+    if (tip.parentElement !== host) host.append(tip);
     tip.textContent = text;
     tip.hidden = false;
     const box = target.getBoundingClientRect();

@@ -221,6 +221,27 @@ describe("drafts and the chat open last", () => {
     expect(backend.drafts.get(sent.conversation.id)).toBe("for later");
   });
 
+  it("deletes a chat with unsent text without a word about its draft", async () => {
+    const chat = backend.addConversation("Doomed", [
+      message({ id: "u1", conversationId: "", role: "user", text: "Hi" }),
+    ]);
+    await mount();
+    click(root.querySelector(".item-button"));
+    await settle();
+    type("never sent");
+    await wait(DRAFT_SAVE_DELAY_MS + 50);
+    expect(backend.drafts.get(chat.id)).toBe("never sent");
+    type("never sent, really");
+    click($("delete"));
+    await settle();
+    click($("confirm-ok"));
+    await settle();
+    expect(backend.conversations.has(chat.id)).toBe(false);
+    expect($("toasts")?.textContent).toBe("");
+    expect(callsOf("save_draft").filter((c) => c.args.conversationId === chat.id)).toHaveLength(1);
+    expect(root.querySelector(".chat-title")?.textContent).toBe("New Chat");
+  });
+
   it("starts on the new chat when the chat open last was deleted", async () => {
     backend.lastOpen = "gone";
     backend.drafts.set("", "kept");

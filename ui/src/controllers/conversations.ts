@@ -100,6 +100,11 @@ export class ConversationsController {
 
   private async saveDraft(id: string | null, text: string): Promise<void> {
     const key = id ?? "";
+    // A chat deleted (or not listed yet) has no draft to keep.
+    if (id !== null && !this.shared.state.conversations.get().some((c) => c.id === id)) {
+      this.saved.delete(key);
+      return;
+    }
     if ((this.saved.get(key) ?? "") === (text.trim() ? text : "")) return;
     if (text.trim()) this.saved.set(key, text);
     else this.saved.delete(key);
