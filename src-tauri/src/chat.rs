@@ -260,13 +260,8 @@ impl Chat {
         self.answer(conversation_id, user_message, settings)
     }
 
-    /// Tokens `text` takes as a message, by the loaded model's tokenizer; answers at once, also
-    /// while an answer is being written.
-    pub fn count_tokens(&self, text: &str) -> Result<usize, Error> {
-        Ok(self.engine.count_tokens(text)?)
-    }
-
-    /// Tokens a draft takes in the prompt: its text, and each pending attachment of
+    /// Tokens a draft takes in the prompt, by the loaded model's tokenizer; answers at once, also
+    /// while an answer is being written. Its text, and each pending attachment of
     /// `attachment_ids` as the template writes it (the checkpoint's chat_template.jinja): the
     /// images first, each `"\n\n"`, its begin marker, its soft tokens (from its size under the
     /// image budget in `settings`: 280 for a photo at the default), its end marker and

@@ -297,7 +297,6 @@ fn the_drafts_count_holds_its_image_and_recording_as_the_prompt_will() {
     let text = "What is this?";
     let ids = vec![image.id.clone(), recording.id.clone()];
     let text_only = h.state.chat.count_draft(text, &[], &settings).unwrap();
-    assert_eq!(text_only, h.state.chat.count_tokens(text).unwrap());
 
     let counted = h.state.chat.count_draft(text, &ids, &settings).unwrap();
     let alone = h.state.chat.count_draft("", &ids, &settings).unwrap();
