@@ -14,5 +14,7 @@ export default defineConfig({
   test: {
     environment: "happy-dom",
     include: ["src/**/*.test.ts"],
+    // The window's stylesheet is read as text by the layout tests (chat-pane.test.ts).
+    css: { include: [/styles\.css/] },
   },
 });

@@ -248,6 +248,50 @@ impl Attachments {
         decoded.insert(hash.to_owned(), prepared);
     }
 
+    /// The soft tokens of each pending attachment of `ids`, in order: an image's under
+    /// `budget` (from its size, not decoded again), each of a recording's clips'. An id no
+    /// longer pending is left out.
+    pub fn pending_soft_tokens(
+        &self,
+        ids: &[String],
+        budget: engine::image::SoftTokenBudget,
+    ) -> Result<Vec<(AttachmentKind, Vec<usize>)>, Error> {
+        let stored: Vec<AttachmentRef> = {
+            let pending = lock(&self.pending);
+            ids.iter()
+                .filter_map(|id| pending.get(id).map(|p| p.stored.clone()))
+                .collect()
+        };
+        stored
+            .into_iter()
+            .map(|file| match file.kind {
+                AttachmentKind::Image => {
+                    let (width, height) = (file.width.unwrap_or(1), file.height.unwrap_or(1));
+                    let n = engine::image::soft_tokens_for(height as usize, width as usize, budget);
+                    Ok((AttachmentKind::Image, vec![n]))
+                }
+                AttachmentKind::Audio => {
+                    let prepared = self.pending_prepared(&file)?;
+                    let clips = prepared.clips.iter().map(|c| c.soft_tokens).collect();
+                    Ok((AttachmentKind::Audio, clips))
+                }
+            })
+            .collect()
+    }
+
+    /// A pending recording decoded for the model: from memory when it was decoded lately.
+    fn pending_prepared(&self, file: &AttachmentRef) -> Result<Arc<PreparedAudio>, Error> {
+        if let Some(prepared) = lock(&self.audio).get(&file.hash) {
+            return Ok(prepared.clone());
+        }
+        let path = self.store.attachments_dir().join(&file.file_name);
+        let prepared = engine::audio::prepare_path(&path, &self.audio_limits)
+            .map_err(|e| Error::Invalid(format!("the attached audio: {e}")))?;
+        let prepared = Arc::new(prepared);
+        self.keep_decoded(&file.hash, prepared.clone());
+        Ok(prepared)
+    }
+
     /// The bytes of a pending recording, to play it.
     pub fn pending_audio(&self, id: &str) -> Result<Vec<u8>, Error> {
         let file_name = lock(&self.pending)

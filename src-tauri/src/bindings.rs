@@ -52,6 +52,7 @@ fn ui_bindings_are_current() {
     chats::ConversationSummary::export_all(&config).unwrap();
     chats::SearchHit::export_all(&config).unwrap();
     Imported::export_all(&config).unwrap();
+    crate::drafts::Drafts::export_all(&config).unwrap();
     crate::faster::FasterAnswers::export_all(&config).unwrap();
     model_store::ModelCandidate::export_all(&config).unwrap();
     crate::local_api::LocalApiStatus::export_all(&config).unwrap();

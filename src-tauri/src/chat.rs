@@ -179,6 +179,11 @@ impl Chat {
             .store
             .add_message(&conversation, Role::User, text, &attachments)?;
         self.attachments.sent(&request.attachment_ids);
+        // Sent: the draft it was is done with. (A failure here only leaves that draft to
+        // reappear; the message is saved.)
+        let _ = self
+            .store
+            .save_draft(request.conversation_id.as_deref(), "");
         self.answer(&conversation, user_message, settings)
     }
 
@@ -256,10 +261,54 @@ impl Chat {
         self.answer(conversation_id, user_message, settings)
     }
 
-    /// Tokens `text` takes as a message, by the loaded model's tokenizer; answers at once, also
-    /// while an answer is being written.
-    pub fn count_tokens(&self, text: &str) -> Result<usize, Error> {
-        Ok(self.engine.count_tokens(text)?)
+    /// Tokens a draft takes in the prompt, by the loaded model's tokenizer; answers at once, also
+    /// while an answer is being written. Its text, and each pending attachment of
+    /// `attachment_ids` as the template writes it (the checkpoint's chat_template.jinja): the
+    /// images first, each `"\n\n"`, its begin marker, its soft tokens (from its size under the
+    /// image budget in `settings`: 280 for a photo at the default), its end marker and
+    /// `"\n\n"` again; then the text, trimmed; then each 30-second clip of a recording: its
+    /// begin marker, one soft token per 40 ms of sound (at most 750) and its end marker
+    /// (docs/AUDIO.md, "Token count"). The text between markers is tokenized piece by piece as
+    /// the prompt holds it, the first piece after the newline that ends the turn's header.
+    pub fn count_draft(
+        &self,
+        text: &str,
+        attachment_ids: &[String],
+        settings: &Settings,
+    ) -> Result<usize, Error> {
+        if attachment_ids.is_empty() {
+            return Ok(self.engine.count_tokens(text)?);
+        }
+        let mut tokens: usize = 0;
+        let media = self
+            .attachments
+            .pending_soft_tokens(attachment_ids, settings.image_budget()?)?;
+        // The text around the images, in the pieces their markers cut it into: the header's
+        // newline and "\n\n" before the first, "\n\n\n\n" between two, "\n\n" and the text
+        // after the last. (Clips follow the text with nothing between them.)
+        let images: usize = media
+            .iter()
+            .filter(|(kind, _)| *kind == AttachmentKind::Image)
+            .map(|(_, runs)| runs.len())
+            .sum();
+        let mut pieces = vec!["\n".to_owned()];
+        for _ in 0..images {
+            if let Some(last) = pieces.last_mut() {
+                last.push_str("\n\n");
+            }
+            pieces.push("\n\n".to_owned());
+        }
+        if let Some(last) = pieces.last_mut() {
+            last.push_str(text.trim());
+        }
+        for piece in &pieces {
+            tokens += self.engine.count_tokens(piece)?;
+        }
+        tokens -= self.engine.count_tokens("\n")?;
+        for (_, runs) in &media {
+            tokens += runs.iter().map(|n| n + 2).sum::<usize>();
+        }
+        Ok(tokens)
     }
 
     /// Asks a generation to stop; its answer is kept and marked stopped.
@@ -359,6 +408,11 @@ impl Chat {
         };
         let writer =
             StreamWriter::begin_answer_to(self.store.clone(), conversation_id, &user_message.id)?;
+        // Which model writes it, for the answer's info line and exports. Informational: an
+        // answer is never refused for want of it.
+        if let crate::model_setup::ModelState::Ready { name, .. } = self.models.state() {
+            let _ = self.store.set_answer_model(writer.message_id(), &name);
+        }
         let mut active = lock(&self.active);
         if active.is_some() {
             drop(active);

@@ -11,6 +11,7 @@ use tauri_plugin_opener::OpenerExt;
 use crate::attachments::{DropEvent, PendingAttachment};
 use crate::chat::{SendRequest, Sent};
 use crate::clipboard::TextClipboard;
+use crate::drafts::Drafts;
 use crate::error::Error;
 use crate::events::Events;
 use crate::faster::FasterAnswers;
@@ -166,11 +167,52 @@ pub fn set_system_prompt(
         .set_system_prompt(&conversation_id, prompt.as_deref())?)
 }
 
-/// Tokens `text` takes as a message, by the loaded model's tokenizer (never queued behind an answer).
+/// Tokens a draft takes as a message: its text by the loaded model's tokenizer, and the pending
+/// attachments `attachment_ids` (images, recordings) as the prompt holds them. Never queued
+/// behind an answer.
 #[tauri::command]
-pub async fn count_tokens(state: Shared<'_>, text: String) -> Result<usize, Error> {
-    let chat = state.chat.clone();
-    blocking(move || chat.count_tokens(&text)).await
+pub async fn count_tokens(
+    state: Shared<'_>,
+    text: String,
+    attachment_ids: Option<Vec<String>>,
+) -> Result<usize, Error> {
+    let (chat, settings) = (state.chat.clone(), Settings::load(&state.store));
+    let ids = attachment_ids.unwrap_or_default();
+    blocking(move || chat.count_draft(&text, &ids, &settings)).await
+}
+
+/// Every unsent draft by conversation id (the new chat's under `""`), and the conversation open
+/// last (`None`: the new chat, or one since deleted).
+#[tauri::command]
+pub fn drafts(state: Shared<'_>) -> Result<Drafts, Error> {
+    Ok(Drafts {
+        drafts: state.store.drafts()?,
+        last_open: state.store.last_open()?,
+    })
+}
+
+/// Keeps what is typed in a chat's composer (`conversation_id` `None`: the new chat); empty
+/// text forgets it.
+#[tauri::command]
+pub fn save_draft(
+    state: Shared<'_>,
+    conversation_id: Option<String>,
+    text: String,
+) -> Result<(), Error> {
+    Ok(state.store.save_draft(conversation_id.as_deref(), &text)?)
+}
+
+/// Remembers the conversation open now (`None`: the new chat), to open it again next launch.
+#[tauri::command]
+pub fn set_last_open(state: Shared<'_>, conversation_id: Option<String>) -> Result<(), Error> {
+    Ok(state.store.set_last_open(conversation_id.as_deref())?)
+}
+
+/// Quits the app (Ctrl+Q on Linux and Windows; macOS has ⌘Q in its app menu). An answer being
+/// written is stopped and saved first (`RunEvent::Exit`).
+#[tauri::command]
+pub fn quit(app: AppHandle) {
+    app.exit(0);
 }
 
 #[tauri::command]
@@ -230,9 +272,7 @@ pub async fn pick_files(
 ) -> Result<Vec<PendingAttachment>, Error> {
     let attachments = state.attachments.clone();
     blocking(move || {
-        let picked = app
-            .dialog()
-            .file()
+        let picked = transfer::in_start_folder(&app, app.dialog().file())
             .set_title("Attach images or audio")
             .add_filter(
                 "Images and audio",

@@ -7,6 +7,7 @@ mod chat;
 mod clipboard;
 mod commands;
 mod data_dir;
+mod drafts;
 mod error;
 mod events;
 mod faster;
@@ -104,6 +105,10 @@ fn run() -> anyhow::Result<()> {
             commands::cancel_drafter_download,
             commands::set_system_prompt,
             commands::count_tokens,
+            commands::drafts,
+            commands::save_draft,
+            commands::set_last_open,
+            commands::quit,
             commands::local_api,
             commands::set_local_api,
             commands::regenerate_api_key,

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use chats::{ImportReport, Store};
 use engine::tokenizer::{CHANNEL_CLOSE, CHANNEL_OPEN};
 use serde::Serialize;
-use tauri::AppHandle;
-use tauri_plugin_dialog::DialogExt;
+use tauri::{AppHandle, Manager, Runtime};
+use tauri_plugin_dialog::{DialogExt, FileDialogBuilder};
 use ts_rs::TS;
 
 use crate::error::Error;
@@ -63,9 +63,7 @@ pub fn write_json(store: &Store, ids: Option<&[String]>, path: &Path) -> Result<
 
 /// Asks for a JSON export and imports it.
 pub fn import_json(app: &AppHandle, store: &Store) -> Result<Imported, Error> {
-    let picked = app
-        .dialog()
-        .file()
+    let picked = in_start_folder(app, app.dialog().file())
         .set_title("Import chats")
         .add_filter("Gemma Desk export", &["json"])
         .blocking_pick_file()
@@ -99,14 +97,33 @@ fn save_path(
     filter: &str,
     extension: &str,
 ) -> Option<PathBuf> {
-    let picked = app
-        .dialog()
-        .file()
+    let picked = in_start_folder(app, app.dialog().file())
         .set_title(title)
         .set_file_name(format!("{}.{extension}", file_stem(name)))
         .add_filter(filter, &[extension])
         .blocking_save_file();
     picked.and_then(|p| p.into_path().ok())
+}
+
+/// A file dialog that opens in the person's home folder. GTK's opens in the app's working
+/// folder when given none (wherever the app was started from); macOS and Windows remember the
+/// folder used last, so they are left to it.
+pub fn in_start_folder<R: Runtime>(
+    app: &AppHandle<R>,
+    dialog: FileDialogBuilder<R>,
+) -> FileDialogBuilder<R> {
+    if !cfg!(target_os = "linux") {
+        return dialog;
+    }
+    match start_folder(app.path().home_dir().ok()) {
+        Some(home) => dialog.set_directory(home),
+        None => dialog,
+    }
+}
+
+/// Where file dialogs start: the home folder, when it is one.
+fn start_folder(home: Option<PathBuf>) -> Option<PathBuf> {
+    home.filter(|home| home.is_dir())
 }
 
 /// An answer as Markdown to read: its thought channel (`<|channel>thought…<channel|>`, shown
@@ -160,7 +177,19 @@ pub fn file_stem(title: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{file_stem, readable_answer};
+    use super::{file_stem, readable_answer, start_folder};
+
+    #[test]
+    fn dialogs_start_in_the_home_folder_when_there_is_one() {
+        let home = tempfile::tempdir().unwrap();
+        assert_eq!(
+            start_folder(Some(home.path().to_path_buf())).as_deref(),
+            Some(home.path())
+        );
+        let gone = home.path().join("no-such-folder");
+        assert_eq!(start_folder(Some(gone)), None);
+        assert_eq!(start_folder(None), None);
+    }
 
     #[test]
     fn a_thought_reads_as_a_quote_before_the_answer() {

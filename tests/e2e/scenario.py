@@ -379,7 +379,8 @@ def prompt_stats(session: Session, message_id: str) -> tuple[int, int]:
     """
     element = session.find(f'{testid("message")}[data-message-id="{message_id}"] {testid("answer-stats")}')
     check(element is not None, f"answer {message_id} shows no stats")
-    tooltip = session.attribute(element, "title") or ""
+    # The window moves a title to data-tooltip on the first hover (ui/src/tooltip.ts).
+    tooltip = session.attribute(element, "title") or session.attribute(element, "data-tooltip") or ""
     found = re.search(r"Prompt: ([\d,]+) tokens \(([\d,]+) reused\)", tooltip)
     check(found is not None, f"the answer's stats tooltip gives no prompt size: {tooltip!r}")
     prompt, reused = (int(group.replace(",", "")) for group in found.groups())

@@ -16,6 +16,7 @@ import type { Conversation } from "./bindings/Conversation";
 import type { ConversationSummary } from "./bindings/ConversationSummary";
 import type { DownloadOption } from "./bindings/DownloadOption";
 import type { DownloadProgress } from "./bindings/DownloadProgress";
+import type { Drafts } from "./bindings/Drafts";
 import type { DropEvent } from "./bindings/DropEvent";
 import type { ErrorKind } from "./bindings/ErrorKind";
 import type { FasterAnswers } from "./bindings/FasterAnswers";
@@ -55,6 +56,7 @@ export type {
   ConversationSummary,
   DownloadOption,
   DownloadProgress,
+  Drafts,
   DropEvent,
   ErrorKind,
   GenerationEvent,
@@ -184,9 +186,33 @@ export function setSystemPrompt(conversationId: string, prompt: string | null): 
   return call("set_system_prompt", { conversationId, prompt });
 }
 
-/** Tokens `text` takes as a message, by the loaded model's tokenizer (answers during an answer too). */
-export function countTokens(text: string): Promise<number> {
-  return call("count_tokens", { text });
+/**
+ * Tokens a draft takes as a message: `text` by the loaded model's tokenizer, and the pending
+ * attachments `attachmentIds` as the prompt holds them (an image's soft tokens, a recording's).
+ * Answers during an answer too.
+ */
+export function countTokens(text: string, attachmentIds: string[] = []): Promise<number> {
+  return call("count_tokens", { text, attachmentIds });
+}
+
+/** Every unsent draft by chat id (the new chat's under ""), and the chat open last. */
+export function drafts(): Promise<Drafts> {
+  return call("drafts");
+}
+
+/** Keeps what is typed in a chat (null: the new chat); "" forgets it. */
+export function saveDraft(conversationId: string | null, text: string): Promise<void> {
+  return call("save_draft", { conversationId, text });
+}
+
+/** Remembers the chat open now (null: the new chat), to open it again next launch. */
+export function setLastOpen(conversationId: string | null): Promise<void> {
+  return call("set_last_open", { conversationId });
+}
+
+/** Quits the app (an answer being written is stopped and saved first). */
+export function quit(): Promise<void> {
+  return call("quit");
 }
 
 export function deleteConversation(id: string): Promise<void> {

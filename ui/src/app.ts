@@ -57,13 +57,21 @@ export class App {
       importChats: () => void this.conversations.importChats(),
     });
     this.composer = new Composer({
-      send: (text) => void this.generation.send(text),
+      send: (text) => {
+        this.conversations.draftSent();
+        void this.generation.send(text);
+      },
       stop: () => void this.generation.stop(),
       attach: () => void attachments.pickFiles(),
       pasteFiles: (files) => void attachments.pasteFiles(files),
       pasteFromClipboard: () => void attachments.pasteFromClipboard(),
       removeAttachment: (attachment) => attachments.remove(attachment),
-      countTokens: (text) => api.countTokens(text),
+      countTokens: (text, attachments) =>
+        api.countTokens(
+          text,
+          attachments.map((attachment) => attachment.id),
+        ),
+      edited: () => this.conversations.draftEdited(),
       audioFile: (attachment) => api.pendingAudio(attachment.id),
       record: () => startRecording(),
       recorded: (wav) => void attachments.attachRecording(wav),
@@ -76,7 +84,6 @@ export class App {
       {
         regenerate: () => void this.generation.regenerate(),
         edit: (message, text) => void this.generation.edit(message, text),
-        stop: () => void this.generation.stop(),
         selectVersion: (message, version) => void this.generation.selectVersion(message, version),
         thumbnail: (attachment) => attachments.thumbnail(attachment),
         audioFile: (attachment) => attachments.audioFile(attachment),
@@ -108,6 +115,7 @@ export class App {
       focusSearch: () => this.sidebar.focusSearch(),
       answering: () => this.generation.openGeneration() !== undefined,
       stop: () => void this.generation.stop(),
+      quit: () => void this.conversations.flushDraft().finally(() => void api.quit()),
     });
     this.screen = new ScreenController(shared, views, empty, this.generation, this.model, {
       newChat: () => this.conversations.newChat(),
@@ -151,7 +159,7 @@ export class App {
     state.status.set(status);
     state.settingsLimits.set(status.settingsLimits);
     this.model.apply(status.model);
-    void this.conversations.refresh();
+    void this.conversations.refresh().then(() => this.conversations.restore());
     this.settings.load();
     this.model.pollMemory();
   }

@@ -1,11 +1,29 @@
 import { describe, expect, it } from "vitest";
 
-import { dateGroup, formatBytes, formatDuration, formatEta, formatMilliseconds, formatRate } from "./format";
+import {
+  dateGroup,
+  formatBytes,
+  formatClipLength,
+  formatDuration,
+  formatEta,
+  formatMilliseconds,
+  formatRate,
+} from "./format";
 
 describe("format", () => {
-  it("writes a recording's length as a clock does, seconds rounded up", () => {
+  it("writes an audio chip's length: tenths of a second for a short clip, a clock for a longer one", () => {
+    expect(formatClipLength(1_140)).toBe("1.1 s");
+    expect(formatClipLength(30)).toBe("0.1 s");
+    expect(formatClipLength(9_940)).toBe("9.9 s");
+    expect(formatClipLength(9_960)).toBe("0:10");
+    expect(formatClipLength(65_400)).toBe("1:05");
+    expect(formatClipLength(-5)).toBe("—");
+  });
+
+  it("writes a recording's length as a clock does, to the nearest second", () => {
     expect(formatDuration(0)).toBe("0:00");
-    expect(formatDuration(4_200)).toBe("0:05");
+    expect(formatDuration(4_200)).toBe("0:04");
+    expect(formatDuration(4_500)).toBe("0:05");
     expect(formatDuration(65_000)).toBe("1:05");
     expect(formatDuration(3_725_000)).toBe("1:02:05");
     expect(formatDuration(-1)).toBe("—");

@@ -75,12 +75,22 @@ export function shortcut(key: string, platform: string | undefined): string {
   return platform === "macos" ? `⌘${key}` : `Ctrl+${key}`;
 }
 
-/** A recording's length as a clock reads it: 4_200 → "0:05", 3_725_000 → "1:02:05" (seconds rounded up). */
+/** A length as a clock reads it, to the nearest second: 4_200 → "0:04", 3_725_000 → "1:02:05". */
 export function formatDuration(ms: number): string {
   if (!Number.isFinite(ms) || ms < 0) return "—";
-  const total = Math.ceil(ms / 1000);
+  const total = Math.round(ms / 1000);
   const hours = Math.floor(total / 3600);
   const minutes = Math.floor((total % 3600) / 60);
   const seconds = String(total % 60).padStart(2, "0");
   return hours > 0 ? `${hours}:${String(minutes).padStart(2, "0")}:${seconds}` : `${minutes}:${seconds}`;
+}
+
+/**
+ * An audio clip's length on its chip: a short clip in tenths of a second (1_140 → "1.1 s", where a
+ * clock would say "0:01"), a longer one as a clock (65_400 → "1:05").
+ */
+export function formatClipLength(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) return "—";
+  if (ms < 9_950) return `${Math.max(0.1, Math.round(ms / 100) / 10).toFixed(1)} s`;
+  return formatDuration(ms);
 }

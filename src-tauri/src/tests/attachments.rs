@@ -282,3 +282,69 @@ fn an_image_pasted_from_the_clipboard_is_attached_like_a_dropped_png() {
         "the clipboard's image is damaged (64 × 48 pixels in 10 bytes)"
     );
 }
+
+#[test]
+fn the_drafts_count_holds_its_image_and_recording_as_the_prompt_will() {
+    let h = Harness::with_model();
+    let png = png_of(96, 64, [220, 30, 30]);
+    let image = h.state.attachments.add_bytes("red.png", &png).unwrap();
+    let sound = crate::attachments::tone_wav(2.0, 16_000);
+    let recording = h.state.attachments.add_bytes("note.wav", &sound).unwrap();
+    let settings = Settings {
+        image_token_budget: 70,
+        ..short()
+    };
+    let text = "What is this?";
+    let ids = vec![image.id.clone(), recording.id.clone()];
+    let text_only = h.state.chat.count_draft(text, &[], &settings).unwrap();
+
+    let counted = h.state.chat.count_draft(text, &ids, &settings).unwrap();
+    let alone = h.state.chat.count_draft("", &ids, &settings).unwrap();
+
+    // 96×64 at the 70 budget is scaled to 480×288: 10 × 6 = 60 soft tokens; 2 s of sound 50
+    // (one per 40 ms); each between its begin and end markers.
+    assert_eq!(
+        engine::image::soft_tokens_for(64, 96, engine::image::SoftTokenBudget::T70),
+        60
+    );
+    assert!(
+        counted >= text_only + 60 + 50 + 4,
+        "{counted} vs {text_only}"
+    );
+    assert!(
+        alone >= 60 + 50 + 4 && alone < counted,
+        "{alone} vs {counted}"
+    );
+    // A bigger budget counts more for the same image.
+    let larger = Settings {
+        image_token_budget: 280,
+        ..settings.clone()
+    };
+    assert!(h.state.chat.count_draft(text, &ids, &larger).unwrap() > counted + 150);
+
+    // What the composer said is what the prompt holds.
+    let sent = h
+        .state
+        .chat
+        .send(
+            SendRequest {
+                conversation_id: None,
+                text: text.into(),
+                attachment_ids: ids.clone(),
+                system_prompt: None,
+            },
+            &settings,
+        )
+        .unwrap();
+    let usage = usage_of(&h.finish(sent.generation_id));
+    assert_eq!(
+        counted as u32,
+        usage.prompt_tokens - prompt_len(&[user("")]),
+        "{usage:?}"
+    );
+    // Sent attachments are no longer pending: they count for nothing.
+    assert_eq!(
+        h.state.chat.count_draft(text, &ids, &settings).unwrap(),
+        text_only
+    );
+}

@@ -329,7 +329,7 @@ fn a_message_holding_every_control_token_is_answered_and_kept_verbatim() {
 #[test]
 fn the_draft_token_count_is_what_the_message_adds_and_comes_while_an_answer_streams() {
     let h = Harness::new();
-    let err = h.state.chat.count_tokens("Hello").unwrap_err();
+    let err = draft_count(&h, "Hello").unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NoModel);
     let state = h.state.models.choose(&fixture()).unwrap();
     assert!(matches!(state, ModelState::Ready { .. }), "{state:?}");
@@ -339,10 +339,10 @@ fn the_draft_token_count_is_what_the_message_adds_and_comes_while_an_answer_stre
         "Look: <|image|> <turn|>\n<|turn>model {}",
         special_texts().join(" ")
     );
-    let count = h.state.chat.count_tokens(&typed).unwrap() as u32;
+    let count = draft_count(&h, &typed).unwrap() as u32;
     assert_eq!(count, prompt_len(&[user(&typed)]) - prompt_len(&[user("")]));
     assert!(count > special_texts().len() as u32 * 2, "{count}");
-    assert_eq!(h.state.chat.count_tokens("").unwrap(), 0);
+    assert_eq!(draft_count(&h, "").unwrap(), 0);
 
     // Never queued behind an answer: it comes while one is being written.
     for _ in 0..5 {
@@ -350,7 +350,7 @@ fn the_draft_token_count_is_what_the_message_adds_and_comes_while_an_answer_stre
         while h.generation_events(sent.generation_id).len() < 3 {
             std::thread::sleep(Duration::from_millis(1));
         }
-        let during = h.state.chat.count_tokens(&typed).unwrap() as u32;
+        let during = draft_count(&h, &typed).unwrap() as u32;
         let still_running = h.generation_events(sent.generation_id).iter().all(|e| {
             matches!(
                 e,
@@ -365,4 +365,9 @@ fn the_draft_token_count_is_what_the_message_adds_and_comes_while_an_answer_stre
         }
     }
     panic!("every answer ended before the count came back");
+}
+
+/// The draft count of `text` alone, as the composer asks for it.
+fn draft_count(h: &Harness, text: &str) -> Result<usize, Error> {
+    h.state.chat.count_draft(text, &[], &Settings::default())
 }

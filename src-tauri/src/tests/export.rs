@@ -87,3 +87,59 @@ fn token_ids_from_an_edited_export_never_reach_the_model_unchecked() {
         "{events:?}"
     );
 }
+
+#[test]
+fn each_answer_records_the_model_that_wrote_it_and_exports_say_so() {
+    let h = Harness::with_model();
+    let ModelState::Ready { name, .. } = h.state.models.state() else {
+        panic!("the fixture is loaded");
+    };
+    let sent = h.send("Hello", &short()).unwrap();
+    h.finish(sent.generation_id);
+    let id = sent.conversation.id.clone();
+
+    let conversation = h.state.store.get_conversation(&id).unwrap();
+    assert_eq!(conversation.messages[0].model, None, "a person wrote it");
+    assert_eq!(
+        conversation.messages[1].model.as_deref(),
+        Some(name.as_str())
+    );
+    assert_eq!(conversation.model.as_deref(), Some(name.as_str()));
+
+    let file = h.data_dir.join("export.json");
+    crate::transfer::write_json(&h.state.store, None, &file).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(json["conversations"][0]["model"], name.as_str());
+    assert_eq!(
+        json["conversations"][0]["messages"][1]["model"],
+        name.as_str()
+    );
+    let markdown = chats::markdown(&conversation, |_, _| String::new(), str::to_owned);
+    assert!(markdown.contains(&format!("*Model: {name}*")), "{markdown}");
+    assert!(markdown.ends_with('\n') && !markdown.ends_with("\n\n"));
+}
+
+#[test]
+fn a_sent_message_is_no_longer_a_draft_and_the_chat_open_last_comes_back_after_a_restart() {
+    let h = Harness::with_model();
+    h.state.store.save_draft(None, "Hello").unwrap();
+    let sent = h.send("Hello", &short()).unwrap();
+    h.finish(sent.generation_id);
+    let id = sent.conversation.id.clone();
+    assert!(
+        h.state.store.drafts().unwrap().is_empty(),
+        "the new chat's draft was sent"
+    );
+    h.state.store.save_draft(Some(&id), "and then").unwrap();
+    h.state.store.set_last_open(Some(&id)).unwrap();
+
+    let (state, _events, _dir) = h.restart();
+    assert_eq!(
+        state.store.last_open().unwrap().as_deref(),
+        Some(id.as_str())
+    );
+    assert_eq!(
+        state.store.drafts().unwrap().get(&id).map(String::as_str),
+        Some("and then")
+    );
+}

@@ -19,7 +19,12 @@ error: string | null,
 /**
  * Absent for user messages, unfinished answers, and usage rows this version cannot read.
  */
-usage: Usage | null, createdAt: number, attachments: Array<Attachment>, 
+usage: Usage | null, 
+/**
+ * For an answer: the model that wrote it, by the name the app showed; `None` for answers
+ * saved before models were recorded.
+ */
+model: string | null, createdAt: number, attachments: Array<Attachment>, 
 /**
  * Which version of its turn this is, from 1 (a regenerated answer, an edited question).
  */

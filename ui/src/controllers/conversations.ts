@@ -12,6 +12,9 @@ import type { Shared } from "./shared";
 /** A message being written and not sent: its text and attached files. */
 type Draft = { text: string; pending: PendingAttachment[] };
 
+/** Typing pauses this long before the draft is saved (a restart loses no more than that). */
+export const DRAFT_SAVE_DELAY_MS = 400;
+
 export interface ConversationViews {
   sidebar: Sidebar;
   composer: Composer;
@@ -21,6 +24,11 @@ export interface ConversationViews {
 export class ConversationsController {
   /** What was being written in each chat left for another ("" is the new chat), kept until it is opened again. */
   private readonly drafts = new Map<string, Draft>();
+  /** Each chat's draft text as saved in the database ("" is the new chat): what a restart brings back. */
+  private readonly saved = new Map<string, string>();
+  /** The draft save waiting for typing to pause, and the chat it is for. */
+  private pendingSave: { timer: ReturnType<typeof setTimeout>; id: string | null } | null = null;
+  private stopFollowing: (() => void) | null = null;
 
   constructor(
     private readonly shared: Shared,
@@ -34,6 +42,76 @@ export class ConversationsController {
       this.shared.state.conversations.set(await api.listConversations());
     } catch (error) {
       this.shared.toasts.show(`Could not load your chats: ${errorMessage(error)}`);
+    }
+  }
+
+  /**
+   * Comes back as the window was left: the chat open last (else the new chat), each chat's
+   * unsent text, and from now on remembers which chat is open.
+   */
+  async restore(): Promise<void> {
+    const { state } = this.shared;
+    try {
+      const { drafts, lastOpen } = await api.drafts();
+      for (const [id, text] of Object.entries(drafts)) if (text !== undefined) this.saved.set(id, text);
+      const open = state.chat.get();
+      const untouched = open.id === null && open.messages.length === 0 && this.views.composer.text() === "";
+      if (untouched) {
+        // The new chat's text first: opening the chat left last keeps it for the new chat.
+        this.views.composer.setText(this.saved.get("") ?? "");
+        if (lastOpen && state.conversations.get().some((c) => c.id === lastOpen)) await this.open(lastOpen);
+      }
+    } catch (error) {
+      this.shared.toasts.show(`Could not bring back your unsent drafts: ${errorMessage(error)}`);
+    }
+    this.stopFollowing?.();
+    this.stopFollowing = state.chat.subscribe((chat, previous) => {
+      if (chat.id !== previous.id) void api.setLastOpen(chat.id).catch(() => {});
+    });
+  }
+
+  /** The open chat's draft changed by typing: saved once typing pauses. */
+  draftEdited(): void {
+    const id = this.shared.state.chat.get().id;
+    if (this.pendingSave) clearTimeout(this.pendingSave.timer);
+    const timer = setTimeout(() => {
+      this.pendingSave = null;
+      // Sent or left meanwhile: sending cleared it, leaving saved it.
+      if (this.shared.state.chat.get().id === id) void this.saveDraft(id, this.views.composer.text());
+    }, DRAFT_SAVE_DELAY_MS);
+    this.pendingSave = { timer, id };
+  }
+
+  /** The open chat's draft is being sent: the backend forgets it once the message is saved. */
+  draftSent(): void {
+    if (this.pendingSave) clearTimeout(this.pendingSave.timer);
+    this.pendingSave = null;
+    this.saved.delete(this.shared.state.chat.get().id ?? "");
+  }
+
+  /** Saves the open chat's draft now if typing left it unsaved (before quitting). */
+  async flushDraft(): Promise<void> {
+    const pending = this.pendingSave;
+    if (!pending) return;
+    clearTimeout(pending.timer);
+    this.pendingSave = null;
+    if (this.shared.state.chat.get().id === pending.id) await this.saveDraft(pending.id, this.views.composer.text());
+  }
+
+  private async saveDraft(id: string | null, text: string): Promise<void> {
+    const key = id ?? "";
+    // A chat deleted (or not listed yet) has no draft to keep.
+    if (id !== null && !this.shared.state.conversations.get().some((c) => c.id === id)) {
+      this.saved.delete(key);
+      return;
+    }
+    if ((this.saved.get(key) ?? "") === (text.trim() ? text : "")) return;
+    if (text.trim()) this.saved.set(key, text);
+    else this.saved.delete(key);
+    try {
+      await api.saveDraft(id, text);
+    } catch (error) {
+      this.shared.toasts.show(`Could not save the draft: ${errorMessage(error)}`);
     }
   }
 
@@ -191,9 +269,12 @@ export class ConversationsController {
     const pending = state.pending.get();
     if (text.trim() || pending.length > 0) this.drafts.set(current ?? "", { text, pending });
     else this.drafts.delete(current ?? "");
+    if (this.pendingSave) clearTimeout(this.pendingSave.timer);
+    this.pendingSave = null;
+    void this.saveDraft(current, text);
     const draft = this.drafts.get(next ?? "");
     this.drafts.delete(next ?? "");
-    composer.setText(draft?.text ?? "");
+    composer.setText(draft?.text ?? this.saved.get(next ?? "") ?? "");
     state.pending.set(draft?.pending ?? []);
   }
 }

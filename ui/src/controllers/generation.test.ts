@@ -533,7 +533,7 @@ describe("the draft's token count", () => {
     expect($("token-count")?.hidden).toBe(true);
     await wait(COUNT_DELAY_MS + 50);
     await settle();
-    expect(callsOf("count_tokens").map((c) => c.args)).toEqual([{ text: "one two three" }]);
+    expect(callsOf("count_tokens").map((c) => c.args)).toEqual([{ text: "one two three", attachmentIds: [] }]);
     expect($("token-count")?.hidden).toBe(false);
     expect($("token-count")?.textContent).toBe("3 tokens · 7,165 left");
   });

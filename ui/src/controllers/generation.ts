@@ -1,6 +1,6 @@
 /** Asking for answers: send, regenerate, edit, stop, versions, and the answers as they stream in. */
 import * as api from "../api";
-import type { ConversationSummary, GenerationEvent, Message, Sent } from "../api";
+import type { ConversationSummary, GenerationEvent, Message, ModelState, Sent } from "../api";
 import { ApiError, errorMessage } from "../api";
 import { announce } from "../live";
 import { FrameScheduler, type LiveGeneration } from "../stream";
@@ -96,6 +96,7 @@ export class GenerationController {
       status: "complete",
       error: null,
       usage: null,
+      model: null,
       createdAt: Date.now(),
       attachments: attachments.map((attachment) => {
         const id = `${PENDING_PREFIX}${attachment.id}`;
@@ -304,6 +305,8 @@ export class GenerationController {
       status: finished?.status ?? "streaming",
       error: finished?.error ?? null,
       usage: finished?.usage ?? null,
+      // The model loaded when it was asked: the one the backend records as its writer.
+      model: loadedModelName(this.shared.state.model.get()),
       createdAt: Date.now(),
       attachments: [],
       version: versions,
@@ -340,4 +343,9 @@ export class GenerationController {
       this.shared.state.contextFull.set(contextFullOf(conversationId, error.context));
     else this.shared.toasts.show(`${what}: ${errorMessage(error)}`);
   }
+}
+
+/** The name of the model loaded now, if one is. */
+function loadedModelName(model: ModelState): string | null {
+  return model.state === "ready" ? model.name : null;
 }

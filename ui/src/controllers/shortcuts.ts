@@ -2,6 +2,7 @@
 import * as api from "../api";
 import { errorMessage } from "../api";
 import { externalUrl } from "../markdown/sanitize";
+import { installTooltips } from "../tooltip";
 import { confirmDialog } from "../views/dialogs";
 import type { Shared } from "./shared";
 
@@ -12,6 +13,8 @@ export interface ShortcutActions {
   /** Whether the open chat has an answer being written (Esc stops it). */
   answering(): boolean;
   stop(): void;
+  /** Saves what must be saved and quits the app. */
+  quit(): void;
 }
 
 export class ShortcutsController {
@@ -39,6 +42,7 @@ export class ShortcutsController {
     document.addEventListener("contextmenu", onContextMenu);
     window.addEventListener("dragover", onDragOver);
     window.addEventListener("drop", onDragOver);
+    this.cleanups.push(installTooltips(document));
     this.cleanups.push(() => {
       document.removeEventListener("keydown", onKey);
       document.removeEventListener("click", onClick, true);
@@ -51,6 +55,10 @@ export class ShortcutsController {
 
   destroy(): void {
     for (const cleanup of this.cleanups.splice(0)) cleanup();
+  }
+
+  private platform(): string | undefined {
+    return this.shared.state.status.get()?.platform;
   }
 
   private onKeyDown(event: KeyboardEvent): void {
@@ -67,6 +75,10 @@ export class ShortcutsController {
       } else if (key === "f" && !dialogOpen) {
         event.preventDefault();
         this.actions.focusSearch();
+      } else if (key === "q" && event.ctrlKey && !event.metaKey && this.platform() !== "macos") {
+        // macOS quits with ⌘Q from its app menu; elsewhere the window has no menu to do it.
+        event.preventDefault();
+        this.actions.quit();
       }
       return;
     }

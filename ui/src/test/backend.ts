@@ -83,6 +83,7 @@ export function message(partial: Partial<Message> & Pick<Message, "id" | "conver
     status: "complete",
     error: null,
     usage: null,
+    model: null,
     createdAt: Date.now(),
     attachments: [],
     version: 1,
@@ -169,8 +170,21 @@ export class FakeBackend {
   clipboard: string | null = null;
   /** Why `copy_text` fails (no display…), or null when it works. */
   clipboardError: string | null = null;
-  /** What `count_tokens` answers: by default a token per word; a test may hold replies back. */
+  /**
+   * What `count_tokens` answers for the draft's text: by default a token per word; a test may
+   * hold replies back. Pending attachments add `mediaTokens` each.
+   */
   countTokens: (text: string) => number | Promise<number> = (text) => text.split(/\s+/).filter(Boolean).length;
+  /** What a pending attachment adds to the count: an image 284 (280 soft tokens and 4 around
+   * them), a recording one per 40 ms plus its 2 markers. */
+  mediaTokens = (file: PendingAttachment): number =>
+    file.kind === "audio" ? Math.ceil((file.durationMs ?? 0) / 40) + 2 : 284;
+  /** Unsent drafts by chat id ("" the new chat), as `save_draft` keeps them. */
+  drafts = new Map<string, string>();
+  /** The chat open last, as `set_last_open` keeps it. */
+  lastOpen: string | null = null;
+  /** How many times `quit` was asked for. */
+  quits = 0;
 
   constructor() {
     handle("app_status", () => this.status);
@@ -207,9 +221,27 @@ export class FakeBackend {
       if (!conversation) throw { kind: "notFound", message: "That chat no longer exists." };
       conversation.systemPrompt = prompt as string | null;
     });
-    handle("count_tokens", ({ text }) => {
+    handle("count_tokens", async ({ text, attachmentIds }) => {
       if (this.status.model.state !== "ready") throw { kind: "noModel", message: "No model is loaded." };
-      return this.countTokens(text as string);
+      const files = ((attachmentIds as string[] | undefined) ?? []).flatMap((id) => this.pendingFiles.get(id) ?? []);
+      const media = files.reduce((sum, file) => sum + this.mediaTokens(file), 0);
+      return (await this.countTokens(text as string)) + media;
+    });
+    handle("drafts", () => ({
+      drafts: Object.fromEntries(this.drafts),
+      lastOpen: this.lastOpen && this.conversations.has(this.lastOpen) ? this.lastOpen : null,
+    }));
+    handle("save_draft", ({ conversationId, text }) => {
+      const key = (conversationId as string | null) ?? "";
+      if (key && !this.conversations.has(key)) throw { kind: "notFound", message: "That chat no longer exists." };
+      if ((text as string).trim()) this.drafts.set(key, text as string);
+      else this.drafts.delete(key);
+    });
+    handle("set_last_open", ({ conversationId }) => {
+      this.lastOpen = conversationId as string | null;
+    });
+    handle("quit", () => {
+      this.quits += 1;
     });
     handle("regenerate", ({ conversationId }) => this.regenerate(conversationId as string));
     handle("edit_message", ({ conversationId, messageId, text }) =>
@@ -448,6 +480,7 @@ export class FakeBackend {
       }),
     });
     conversation.messages.push(user);
+    this.drafts.delete(request.conversationId ?? "");
     return this.answer(conversation, user);
   }
 
@@ -479,6 +512,7 @@ export class FakeBackend {
       role: "assistant",
       text: "",
       status: "streaming",
+      model: this.status.model.state === "ready" ? this.status.model.name : null,
       version: earlier.length + 1,
       versions: earlier.length + 1,
     });

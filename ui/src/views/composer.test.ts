@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 
 import { MAX_RECORDING_SECONDS } from "../audio/recorder";
+import { PLAY_STALL_MS } from "./audio-chip";
 import { COUNT_DELAY_MS, Composer, RECORDING_TICK_MS, type ComposerHandlers } from "./composer";
 
 let handlers: { [K in keyof ComposerHandlers]: ReturnType<typeof vi.fn> };
@@ -93,6 +94,8 @@ describe("composer keyboard", () => {
     write("next question");
     expect(button("send").hidden).toBe(true);
     expect(button("stop").hidden).toBe(false);
+    expect(button("stop").textContent).toBe("StopEsc");
+    expect(button("stop").getAttribute("aria-label")).toBe("Stop generating (Esc)");
     key("Enter");
     expect(handlers.send).not.toHaveBeenCalled();
     key("Escape");
@@ -144,7 +147,7 @@ describe("the draft's token count", () => {
     expect(count().hidden).toBe(true);
     await vi.advanceTimersByTimeAsync(COUNT_DELAY_MS);
     expect(handlers.countTokens).toHaveBeenCalledTimes(1);
-    expect(handlers.countTokens).toHaveBeenCalledWith("Hello there");
+    expect(handlers.countTokens).toHaveBeenCalledWith("Hello there", []);
     expect(count().hidden).toBe(false);
     expect(count().textContent).toBe("1,234 tokens · 6,766 left");
     // The room follows the conversation (an answer came) without counting again.
@@ -238,7 +241,7 @@ describe("audio attachments", () => {
     composer.setAttachments([{ ...clip, notice: "Only the first 10 min of 14 min are used." }]);
     const chip = composer.element.querySelector<HTMLElement>('[data-testid="pending-audio"]') as HTMLElement;
     expect(chip.textContent).toContain("voicemail.m4a");
-    expect(chip.querySelector('[data-testid="pending-audio-duration"]')?.textContent).toBe("0:43");
+    expect(chip.querySelector('[data-testid="pending-audio-duration"]')?.textContent).toBe("0:42");
     expect(chip.querySelector('[data-testid="pending-audio-notice"]')?.textContent).toBe(
       "Only the first 10 min of 14 min are used.",
     );
@@ -257,6 +260,49 @@ describe("audio attachments", () => {
     const chip = composer.element.querySelector<HTMLElement>('[data-testid="pending-audio"]') as HTMLElement;
     await vi.waitFor(() => expect(chip.dataset.state).toBe("unavailable"));
     expect(button("pending-audio-play").getAttribute("aria-label")).toBe("voicemail.m4a cannot be played");
+  });
+
+  it("gives a short clip's length in tenths of a second, not rounded up to a clock's next second", () => {
+    composer.setAttachments([{ ...clip, durationMs: 1_140 }]);
+    const length = composer.element.querySelector('[data-testid="pending-audio-duration"]');
+    expect(length?.textContent).toBe("1.1 s");
+  });
+
+  it("says in words when the recording cannot be played (no sound output)", async () => {
+    handlers.audioFile.mockResolvedValue(new Blob(["RIFF"], { type: "audio/wav" }));
+    vi.spyOn(HTMLMediaElement.prototype, "play").mockRejectedValue(new Error("no audio sink"));
+    composer.setAttachments([clip]);
+    const status = composer.element.querySelector<HTMLElement>('[data-testid="pending-audio-status"]');
+    expect(status?.hidden).toBe(true);
+    button("pending-audio-play").click();
+    await vi.waitFor(() => expect(status?.hidden).toBe(false));
+    expect(status?.textContent).toBe("Cannot play: no sound output is available on this computer.");
+    expect(status?.getAttribute("role")).toBe("status");
+    vi.restoreAllMocks();
+  });
+
+  it("says that nothing is heard when playing starts but the clock never moves", async () => {
+    handlers.audioFile.mockResolvedValue(new Blob(["RIFF"], { type: "audio/wav" }));
+    vi.spyOn(HTMLMediaElement.prototype, "play").mockResolvedValue(undefined);
+    vi.spyOn(HTMLMediaElement.prototype, "paused", "get").mockReturnValue(false);
+    const pause = vi.spyOn(HTMLMediaElement.prototype, "pause").mockImplementation(() => {});
+    composer.setAttachments([clip]);
+    const chip = composer.element.querySelector<HTMLElement>('[data-testid="pending-audio"]') as HTMLElement;
+    const status = chip.querySelector<HTMLElement>('[data-testid="pending-audio-status"]');
+    vi.useFakeTimers();
+    try {
+      button("pending-audio-play").click();
+      await vi.advanceTimersByTimeAsync(10);
+      expect(chip.dataset.state).toBe("playing");
+      expect(status?.hidden).toBe(true);
+      await vi.advanceTimersByTimeAsync(PLAY_STALL_MS);
+      expect(status?.textContent).toBe("Nothing is playing: check that a sound output is connected.");
+      expect(chip.dataset.state).toBe("unavailable");
+      expect(pause).toHaveBeenCalled();
+    } finally {
+      vi.useRealTimers();
+      vi.restoreAllMocks();
+    }
   });
 
   it("hands pasted audio files over like pasted images", () => {

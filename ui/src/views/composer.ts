@@ -20,8 +20,10 @@ export interface ComposerHandlers {
   /** A paste that brought neither text nor a file: the backend reads the OS clipboard. */
   pasteFromClipboard(): void;
   removeAttachment(attachment: PendingAttachment): void;
-  /** The draft's tokens by the loaded model's tokenizer. */
-  countTokens(text: string): Promise<number>;
+  /** The draft's tokens: its text by the loaded model's tokenizer, and its attachments as the prompt holds them. */
+  countTokens(text: string, attachments: PendingAttachment[]): Promise<number>;
+  /** The person changed the draft's text (typing, pasting, cutting): `text` is all of it now. */
+  edited?(text: string): void;
   /** A pending audio file's bytes, to play it. */
   audioFile(attachment: PendingAttachment): Promise<Blob>;
   /** Opens the microphone and starts recording; rejects with a message in words. */
@@ -107,11 +109,21 @@ export class Composer {
       spellcheck: "true",
     });
     this.sendButton = iconButton("Send message", icon("send"), { class: "icon-button send", "data-testid": "send" });
-    this.stopButton = iconButton("Stop generating", icon("stop"), {
-      class: "icon-button stop",
-      "data-testid": "stop",
-      hidden: true,
-    });
+    // Stop sits where Send was, labelled in words with its key: the same place for every answer.
+    this.stopButton = el(
+      "button",
+      {
+        type: "button",
+        class: "stop",
+        "aria-label": "Stop generating (Esc)",
+        "aria-keyshortcuts": "Escape",
+        "data-testid": "stop",
+        hidden: true,
+      },
+      icon("stop"),
+      el("span", { class: "stop-label" }, "Stop"),
+      el("kbd", { class: "stop-key", "aria-hidden": "true" }, "Esc"),
+    );
     this.attachButton = iconButton("Attach images or audio", icon("paperclip"), { "data-testid": "attach" });
     this.recordButton = iconButton("Record audio", icon("microphone"), {
       class: "icon-button record",
@@ -124,6 +136,7 @@ export class Composer {
       this.autosize();
       this.refresh();
       this.scheduleCount();
+      handlers.edited?.(this.textarea.value);
     });
     this.textarea.addEventListener("paste", (event) => this.onPaste(event));
     this.sendButton.addEventListener("click", () => this.submit());
@@ -166,6 +179,7 @@ export class Composer {
     this.tray.replaceChildren(...attachments.map((attachment) => this.pendingChip(attachment)));
     this.tray.hidden = attachments.length === 0;
     this.refresh();
+    this.scheduleCount();
   }
 
   /** An image's thumbnail, or an audio file's chip, with a button that removes it. */
@@ -341,14 +355,15 @@ export class Composer {
     this.countSerial += 1;
     const serial = this.countSerial;
     const text = this.textarea.value;
-    if (this.state.room === null || text.trim() === "") {
+    const attachments = this.attachments;
+    if (this.state.room === null || (text.trim() === "" && attachments.length === 0)) {
       this.draftTokens = null;
       this.showCount();
       this.refresh();
       return;
     }
     this.countTimer = setTimeout(() => {
-      this.handlers.countTokens(text).then(
+      this.handlers.countTokens(text, attachments).then(
         (tokens) => {
           if (serial !== this.countSerial) return;
           this.draftTokens = tokens;

@@ -15,7 +15,6 @@ export interface MessageActions {
   regenerate(message: Message): void;
   /** Sends an edited user message as a new version of its turn and answers it. */
   edit(message: Message, text: string): void;
-  stop(message: Message): void;
   /** Shows version `version` (from 1) of the message's turn. */
   selectVersion(message: Message, version: number): void;
   /** A `data:` URL for an attachment's thumbnail. */
@@ -205,20 +204,30 @@ export class MessageView {
     this.thinking.querySelector(".thinking-body")?.replaceChildren(renderMarkdown(thinking).fragment);
   }
 
+  /**
+   * Two rows that keep their places: the answer's info line (or its progress while streaming)
+   * on its own row, then "‹ 1/2 ›" and the actions together on the next, however long the info
+   * line is. Stop is the composer's (one place for every answer), not a button that moves with
+   * the text.
+   */
   private renderFooter(): void {
     const { role, status } = this.message;
-    const parts: HTMLElement[] = [];
+    const rows: HTMLElement[] = [];
     if (role === "assistant") {
       if (status === "streaming") {
-        parts.push(streamingNote(this.flags.progress));
+        rows.push(streamingNote(this.flags.progress));
       } else {
         const stats = answerStats(this.message, this.flags.contextWindow, this.flags.errorInNotice);
-        if (stats) parts.push(stats);
+        if (stats) rows.push(stats);
       }
     }
-    if (this.message.versions > 1 && status !== "streaming") parts.push(this.versionPicker());
-    parts.push(this.actionBar());
-    this.footer.replaceChildren(...parts);
+    if (status !== "streaming") {
+      const controls = el("div", { class: "message-controls", "data-testid": "message-controls" });
+      if (this.message.versions > 1) controls.append(this.versionPicker());
+      controls.append(this.actionBar());
+      rows.push(controls);
+    }
+    this.footer.replaceChildren(...rows);
   }
 
   /** "‹ 1/2 ›": flips between the versions of this turn (regenerated answers, edited questions). */
@@ -252,13 +261,7 @@ export class MessageView {
 
   private actionBar(): HTMLElement {
     const bar = el("div", { class: "message-actions" });
-    const { role, status } = this.message;
-    if (status === "streaming") {
-      const stop = iconButton("Stop generating", icon("stop"), { "data-testid": "message-stop" });
-      stop.addEventListener("click", () => this.actions.stop(this.message));
-      bar.append(stop);
-      return bar;
-    }
+    const { role } = this.message;
     const copy = iconButton("Copy message", icon("copy"), { "data-testid": "copy" });
     copy.addEventListener("click", () => {
       const text = role === "assistant" ? splitThinking(this.message.text).answer : this.message.text;
@@ -361,6 +364,9 @@ export function answerStats(message: Message, contextWindow: number | null, erro
     if (drafted) stats.append(el("span", { class: "drafted" }, drafted));
     stats.title = usageDetails(usage);
   }
+  // Which model wrote it (answers saved before models were recorded say nothing).
+  if (usage && message.model)
+    stats.append(el("span", { class: "answer-model", "data-testid": "answer-model" }, `by ${message.model}`));
   if (status === "stopped") stats.append(el("span", { class: "mark stopped" }, "Stopped"));
   else if (usage?.stopReason === "maxTokens") stats.append(el("span", { class: "mark" }, "Reached the token limit"));
   else if (usage?.stopReason === "contextFull") stats.append(el("span", { class: "mark warning" }, "Context full"));

@@ -75,6 +75,10 @@ pub struct ExportedMessage {
     pub error: Option<String>,
     /// The answer's stats.
     pub usage: Option<Usage>,
+    /// The model that wrote an answer, when recorded. Absent from exports written before
+    /// answers recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     pub created_at: i64,
     /// Among versions of one turn, the one chosen last is shown.
     pub chosen_at: i64,
@@ -305,22 +309,38 @@ fn link_path(name: &str) -> String {
     out
 }
 
-/// "image 2" or "audio 1 (1:05)": attachment `n` of its kind, in words.
+/// "image 2", "audio 1 (1:05)" or "audio 2 (1.1 s)": attachment `n` of its kind, in words,
+/// its length as the app's chips write it.
 pub fn describe(n: usize, attachment: &Attachment) -> String {
     match (attachment.kind, attachment.duration_ms) {
         (AttachmentKind::Image, _) => format!("image {n}"),
-        (AttachmentKind::Audio, Some(ms)) => {
-            let seconds = ms.div_ceil(1000);
-            format!("audio {n} ({}:{:02})", seconds / 60, seconds % 60)
-        }
+        (AttachmentKind::Audio, Some(ms)) => format!("audio {n} ({})", clip_length(ms)),
         (AttachmentKind::Audio, None) => format!("audio {n}"),
     }
 }
 
-/// The Markdown of a conversation: title, then each message under who wrote it. `attached`
-/// gives each attachment's Markdown (a link to where it was written, or a description) from
-/// its number among those of its kind (images and audio counted apart, from 1), `answer` an
-/// answer's Markdown from its stored text.
+/// A clip's length: under ten seconds in tenths of a second ("1.1 s"), else as a clock to the
+/// nearest second ("1:05", "1:02:05").
+pub fn clip_length(ms: u32) -> String {
+    if ms < 9_950 {
+        let tenths = ((ms + 50) / 100).max(1);
+        return format!("{}.{} s", tenths / 10, tenths % 10);
+    }
+    let seconds = (u64::from(ms) + 500) / 1000;
+    let (h, m, s) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
+    if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
+}
+
+/// The Markdown of a conversation: title, then each message under who wrote it (`## You`,
+/// `## Gemma`). A message's own headings are demoted two levels (`## Plan` reads `#### Plan`), so
+/// the outline stays the conversation's. `attached` gives each attachment's Markdown (a link to
+/// where it was written, or a description) from its number among those of its kind (images and
+/// audio counted apart, from 1), `answer` an answer's Markdown from its stored text. Ends with
+/// one newline.
 pub fn markdown(
     conversation: &Conversation,
     attached: impl Fn(usize, &Attachment) -> String,
@@ -332,8 +352,23 @@ pub fn markdown(
         .collect::<Vec<_>>()
         .join(" ");
     let mut out = format!("# {title}\n");
-    if let Some(model) = &conversation.model {
-        out.push_str(&format!("\n*Model: {model}*\n"));
+    // The models that wrote the answers shown, in order; else the conversation's.
+    let mut models: Vec<&str> = Vec::new();
+    for model in conversation
+        .messages
+        .iter()
+        .filter_map(|m| m.model.as_deref())
+    {
+        if !models.contains(&model) {
+            models.push(model);
+        }
+    }
+    if models.is_empty() {
+        models.extend(conversation.model.as_deref());
+    }
+    if !models.is_empty() {
+        let label = if models.len() == 1 { "Model" } else { "Models" };
+        out.push_str(&format!("\n*{label}: {}*\n", models.join(", ")));
     }
     if let Some(prompt) = conversation.system_prompt.as_deref().map(str::trim_end) {
         if !prompt.is_empty() {
@@ -361,6 +396,7 @@ pub fn markdown(
             Role::Assistant => answer(&message.text),
             Role::User | Role::System => message.text.clone(),
         };
+        let text = demote_headings(&text, 2);
         let text = text.trim_end();
         if !text.is_empty() {
             out.push_str(text);
@@ -375,7 +411,80 @@ pub fn markdown(
             MessageStatus::Complete | MessageStatus::Streaming => {}
         }
     }
+    let end = out.trim_end().len();
+    out.truncate(end);
+    out.push('\n');
     out
+}
+
+/// `text` with each Markdown heading `by` levels deeper (at most level 6): ATX headings (`## x`)
+/// and setext ones (a line underlined with `===` or `---`), outside fenced code blocks.
+pub fn demote_headings(text: &str, by: usize) -> String {
+    let lines: Vec<&str> = text.split('\n').collect();
+    let mut out: Vec<String> = Vec::with_capacity(lines.len());
+    // The fence that opened the code block we are in: its character and length.
+    let mut fence: Option<(char, usize)> = None;
+    // Where the paragraph that a setext underline would make a heading starts in `out`.
+    let mut paragraph: Option<usize> = None;
+    for line in lines {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        let body = &line[indent..];
+        if let Some((mark, length)) = fence {
+            let run = body.chars().take_while(|&c| c == mark).count();
+            if indent < 4 && run >= length && body[run..].trim().is_empty() {
+                fence = None;
+            }
+            out.push(line.to_owned());
+            continue;
+        }
+        if indent < 4 {
+            let mark = body.chars().next().filter(|c| *c == '`' || *c == '~');
+            if let Some(mark) = mark {
+                let run = body.chars().take_while(|&c| c == mark).count();
+                if run >= 3 && !(mark == '`' && body[run..].contains('`')) {
+                    fence = Some((mark, run));
+                    paragraph = None;
+                    out.push(line.to_owned());
+                    continue;
+                }
+            }
+            let hashes = body.chars().take_while(|&c| c == '#').count();
+            let after = &body[hashes..];
+            if (1..=6).contains(&hashes) && (after.is_empty() || after.starts_with([' ', '\t'])) {
+                let level = (hashes + by).min(6);
+                out.push(format!("{}{}{after}", &line[..indent], "#".repeat(level)));
+                paragraph = None;
+                continue;
+            }
+            let underline = body.trim_end();
+            let setext = !underline.is_empty()
+                && (underline.chars().all(|c| c == '=') || underline.chars().all(|c| c == '-'));
+            if let (Some(start), true) = (paragraph, setext) {
+                let level = if underline.starts_with('=') { 1 } else { 2 };
+                let words: Vec<String> = out.drain(start..).map(|l| l.trim().to_owned()).collect();
+                out.push(format!(
+                    "{} {}",
+                    "#".repeat((level + by).min(6)),
+                    words.join(" ")
+                ));
+                paragraph = None;
+                continue;
+            }
+        }
+        // A line of a paragraph (not a list item or a quote, whose underline is a rule).
+        let starts_block = body.starts_with(['>', '-', '*', '+', '|'])
+            || body
+                .split_once(['.', ')'])
+                .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        paragraph = match (line.trim().is_empty(), paragraph) {
+            (true, _) => None,
+            (false, Some(start)) => Some(start),
+            (false, None) if indent < 4 && !starts_block => Some(out.len()),
+            (false, None) => None,
+        };
+        out.push(line.to_owned());
+    }
+    out.join("\n")
 }
 
 fn export_conversation(
@@ -450,6 +559,7 @@ fn export_conversation(
             status: message.status,
             error: message.error,
             usage: message.usage,
+            model: message.model,
             created_at: message.created_at,
             chosen_at,
             generated: message.generated,
@@ -600,10 +710,10 @@ fn import_into(conn: &Connection, attachments_dir: &Path, export: &Export) -> Re
             let generated = message.generated.as_deref().map(ids_to_bytes);
             conn.prepare_cached(
                 "INSERT INTO messages (id, conversation_id, position, role, text, status, error,
-                                       usage, created_at, generated, parent_id, chosen_at)
+                                       usage, created_at, generated, parent_id, chosen_at, model)
                  VALUES (?1, ?2, (SELECT COALESCE(MAX(position), -1) + 1 FROM messages
                                   WHERE conversation_id = ?2), ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
-                         ?11)",
+                         ?11, ?12)",
             )?
             .execute(params![
                 message.id,
@@ -616,7 +726,8 @@ fn import_into(conn: &Connection, attachments_dir: &Path, export: &Export) -> Re
                 message.created_at,
                 generated,
                 message.parent_id,
-                message.chosen_at
+                message.chosen_at,
+                message.model
             ])?;
             for (position, attachment) in message.attachments.iter().enumerate() {
                 let input = AttachmentInput {

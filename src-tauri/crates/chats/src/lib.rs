@@ -12,6 +12,7 @@
 //! [`Store::import`] takes back, by the same ids (never twice).
 
 mod attachments;
+mod drafts;
 mod error;
 mod export;
 mod schema;
@@ -23,10 +24,12 @@ mod tree;
 mod types;
 
 pub use attachments::ATTACHMENTS_DIR;
+pub use drafts::DRAFT_MAX_BYTES;
 pub use error::{Error, Result};
 pub use export::{
-    describe, markdown, Export, ExportedAttachment, ExportedConversation, ExportedFile,
-    ExportedMessage, ImportReport, EXPORT_FORMAT, EXPORT_VERSION,
+    clip_length, demote_headings, describe, markdown, Export, ExportedAttachment,
+    ExportedConversation, ExportedFile, ExportedMessage, ImportReport, EXPORT_FORMAT,
+    EXPORT_VERSION,
 };
 pub use store::{check_system_prompt, Store, DATABASE_FILE, SYSTEM_PROMPT_MAX_CHARS};
 pub use stream::{StreamWriter, DEFAULT_FLUSH_INTERVAL, DEFAULT_MAX_PENDING_BYTES};

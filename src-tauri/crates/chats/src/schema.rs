@@ -18,7 +18,26 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V3_VERSIONS,
     V4_SYSTEM_PROMPT,
     V5_AUDIO_ATTACHMENTS,
+    V6_ANSWER_MODEL,
+    V7_DRAFTS,
 ];
+
+/// Unsent drafts, one per conversation (`''`: the new chat not saved yet), kept as typed so a
+/// restart loses none; a conversation's draft goes with it.
+const V7_DRAFTS: &str = r#"
+CREATE TABLE drafts (
+    conversation_id TEXT PRIMARY KEY NOT NULL,
+    text            TEXT NOT NULL,
+    updated_at      INTEGER NOT NULL
+) STRICT;
+CREATE TRIGGER conversations_drafts_delete AFTER DELETE ON conversations BEGIN
+    DELETE FROM drafts WHERE conversation_id = old.id;
+END;
+"#;
+
+/// Which model wrote each answer (the name the app knows it by); NULL for answers written
+/// before, and for messages a person wrote.
+const V6_ANSWER_MODEL: &str = "ALTER TABLE messages ADD COLUMN model TEXT;";
 
 /// Audio attachments beside images: what each file holds (every earlier one is an image), an
 /// audio file's length, and the name the person knew a file by (NULL for earlier ones).

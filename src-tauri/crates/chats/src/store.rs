@@ -209,6 +209,34 @@ impl Store {
         self.update_conversation("setting a conversation's model", id, "model = ?2", &model)
     }
 
+    /// Records that `model` writes the answer `message_id`, and that the conversation is held
+    /// with it from now on (what an export says under "model"). Not activity: the list order
+    /// stays.
+    pub fn set_answer_model(&self, message_id: &str, model: &str) -> Result<()> {
+        self.with("recording an answer's model", |inner| {
+            let tx = inner.conn.transaction()?;
+            let conversation: Option<String> = tx
+                .query_row(
+                    "SELECT conversation_id FROM messages WHERE id = ?1 AND role = 'assistant'",
+                    [message_id],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let conversation =
+                conversation.ok_or_else(|| Error::not_found("answer", message_id))?;
+            tx.execute(
+                "UPDATE messages SET model = ?2 WHERE id = ?1",
+                params![message_id, model],
+            )?;
+            tx.execute(
+                "UPDATE conversations SET model = ?2 WHERE id = ?1",
+                params![conversation, model],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
     /// Gives a conversation its own system prompt, used from its next answer on: `None`
     /// follows the app's default, `Some("")` sends none. Does not count as activity.
     /// Longer than [`SYSTEM_PROMPT_MAX_CHARS`] is refused.
@@ -651,7 +679,7 @@ mod tests {
 
     #[test]
     fn older_databases_open_with_every_message_and_each_conversation_as_one_branch() {
-        for applied in [1, 2, 3, 4] {
+        for applied in [1, 2, 3, 4, 5, 6] {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join(DATABASE_FILE);
             {
@@ -699,6 +727,7 @@ mod tests {
                 "from version {applied}"
             );
             assert_eq!(shown[1].generated, None);
+            assert_eq!(shown[1].model, None, "an old answer's model is not known");
             // Attachments from before audio are images, with no length and no name kept.
             let photo = &shown[0].attachments[0];
             assert_eq!(
@@ -719,9 +748,18 @@ mod tests {
             store
                 .finish_assistant_message(&answer, super::MessageStatus::Complete, None, None)
                 .unwrap();
+            store.set_answer_model(&answer, "gemma-4-e4b-it").unwrap();
             let messages = store.get_conversation("c").unwrap().messages;
             assert_eq!(messages.len(), 4);
             assert_eq!(messages[3].generated, Some(vec![7, 70_000, u32::MAX]));
+            assert_eq!(messages[3].model.as_deref(), Some("gemma-4-e4b-it"));
+            // Drafts are kept from the first open on.
+            store.save_draft(Some("c"), "not sent yet").unwrap();
+            assert_eq!(
+                store.drafts().unwrap().get("c").map(String::as_str),
+                Some("not sent yet"),
+                "from version {applied}"
+            );
             store.set_system_prompt("c", Some("Be brief.")).unwrap();
             let again = store.get_conversation("c").unwrap();
             assert_eq!(again.system_prompt.as_deref(), Some("Be brief."));

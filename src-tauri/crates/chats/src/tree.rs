@@ -134,7 +134,7 @@ pub(crate) fn shown_path(conn: &Connection, conversation_id: &str) -> Result<Vec
 
 pub(crate) const MESSAGE_SELECT: &str =
     "SELECT id, conversation_id, position, role, text, status, error, usage,
-        created_at, generated, parent_id, chosen_at FROM messages";
+        created_at, generated, parent_id, chosen_at, model FROM messages";
 
 pub(crate) fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
     let usage: Option<String> = row.get(7)?;
@@ -155,6 +155,7 @@ pub(crate) fn message_from_row(row: &Row<'_>) -> rusqlite::Result<Message> {
         generated: row
             .get::<_, Option<Vec<u8>>>(9)?
             .and_then(|b| ids_from_bytes(&b)),
+        model: row.get(12)?,
     })
 }
 

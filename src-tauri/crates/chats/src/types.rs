@@ -123,6 +123,9 @@ pub struct Message {
     pub error: Option<String>,
     /// Absent for user messages, unfinished answers, and usage rows this version cannot read.
     pub usage: Option<Usage>,
+    /// For an answer: the model that wrote it, by the name the app showed; `None` for answers
+    /// saved before models were recorded.
+    pub model: Option<String>,
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub created_at: i64,
     pub attachments: Vec<Attachment>,

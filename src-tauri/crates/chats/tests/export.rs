@@ -39,9 +39,6 @@ const SYSTEM_PROMPT: &str = "Describe images in one sentence.";
 /// follow-up.
 fn chat_with_everything(store: &Store) -> String {
     let chat = store.create_conversation("Photos & plans").unwrap().id;
-    store
-        .set_conversation_model(&chat, Some("gemma-4-e4b-it-4bit"))
-        .unwrap();
     store.set_system_prompt(&chat, Some(SYSTEM_PROMPT)).unwrap();
     let png = store
         .store_attachment(PNG, "image/png", Some(4), Some(3))
@@ -61,6 +58,7 @@ fn chat_with_everything(store: &Store) -> String {
         let id = store.begin_answer_to(&chat, &q.id).unwrap();
         store.append_assistant_text(&id, text).unwrap();
         store.set_generated_ids(&id, &ids).unwrap();
+        store.set_answer_model(&id, MODEL).unwrap();
         store
             .finish_assistant_message(&id, MessageStatus::Complete, Some(&usage()), None)
             .unwrap();
@@ -68,6 +66,9 @@ fn chat_with_everything(store: &Store) -> String {
     store.add_message(&chat, Role::User, "Thanks", &[]).unwrap();
     chat
 }
+
+/// The model that wrote the answers of [`chat_with_everything`].
+const MODEL: &str = "gemma-4-e4b-it-4bit";
 
 /// Everything that must come back: every message (all versions) with its ids, stats and the
 /// bytes of its images, and the conversation as shown.
@@ -404,7 +405,7 @@ fn audio_comes_back_from_an_export_with_its_length_and_name_and_is_linked_in_mar
     let text = fs::read_to_string(&path).unwrap();
     assert!(
         text.contains("![image 1](voicemail_files/")
-            && text.contains("[audio 1 (1:06)](voicemail_files/"),
+            && text.contains("[audio 1 (1:05)](voicemail_files/"),
         "images and audio are numbered apart: {text}"
     );
     let copied = dir
@@ -454,4 +455,106 @@ fn an_export_from_before_audio_imports_its_images_as_images() {
     let attachments = &store.get_conversation(&chat).unwrap().messages[0].attachments;
     assert_eq!(attachments.len(), 2);
     assert!(attachments.iter().all(|a| a.kind == AttachmentKind::Image));
+}
+
+#[test]
+fn an_export_says_which_model_wrote_each_answer_and_brings_it_back() {
+    let (_dir, store) = open();
+    let chat = chat_with_everything(&store);
+
+    let json: serde_json::Value =
+        serde_json::from_slice(&store.export_json(None).unwrap()).unwrap();
+    let conversation = &json["conversations"][0];
+    assert_eq!(
+        conversation["model"], MODEL,
+        "the conversation's model is kept"
+    );
+    let models: Vec<&serde_json::Value> = conversation["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["model"])
+        .collect();
+    assert_eq!(
+        models,
+        [
+            &serde_json::Value::Null,
+            &serde_json::json!(MODEL),
+            &serde_json::json!(MODEL),
+            &serde_json::Value::Null
+        ],
+        "each answer names its model; a person's messages none"
+    );
+
+    let (dir2, other) = open();
+    other.import(&store.export(None).unwrap()).unwrap();
+    let shown = other.get_conversation(&chat).unwrap();
+    assert_eq!(shown.model.as_deref(), Some(MODEL));
+    assert_eq!(shown.messages[1].model.as_deref(), Some(MODEL));
+    drop(dir2);
+}
+
+#[test]
+fn markdown_keeps_the_conversations_outline_whatever_headings_an_answer_has() {
+    let (dir, store) = open();
+    let chat = store.create_conversation("Plans").unwrap().id;
+    let q = store
+        .add_message(&chat, Role::User, "Plan my week\n===", &[])
+        .unwrap();
+    let answer = "## Monday\n\nGym.\n\n# Summary\nBusy.\n\n```sh\n# not a heading\n## nor this\n```\n\nTuesday\n---\n\n- item\n---\n";
+    let id = store.begin_answer_to(&chat, &q.id).unwrap();
+    store.append_assistant_text(&id, answer).unwrap();
+    store.set_answer_model(&id, "tiny").unwrap();
+    store
+        .finish_assistant_message(&id, MessageStatus::Complete, Some(&usage()), None)
+        .unwrap();
+    let path = dir.path().join("Plans.md");
+
+    store.export_markdown(&chat, &path, str::to_owned).unwrap();
+
+    let text = fs::read_to_string(&path).unwrap();
+    let mut in_code = false;
+    let outline: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            in_code ^= l.starts_with("```");
+            !in_code && (l.starts_with("# ") || l.starts_with("## "))
+        })
+        .collect();
+    assert_eq!(
+        outline,
+        ["# Plans", "## You", "## Gemma"],
+        "only the chat's own headings at its levels: {text}"
+    );
+    for demoted in [
+        "### Plan my week\n",
+        "#### Monday\n",
+        "### Summary\nBusy.",
+        "#### Tuesday\n",
+    ] {
+        assert!(text.contains(demoted), "{demoted:?} in {text}");
+    }
+    assert!(
+        text.contains("```sh\n# not a heading\n## nor this\n```"),
+        "code stays as written: {text}"
+    );
+    assert!(
+        text.contains("- item\n---"),
+        "a rule after a list stays a rule: {text}"
+    );
+    assert!(text.contains("*Model: tiny*"), "{text}");
+    assert!(
+        text.ends_with("---\n") && !text.ends_with("\n\n"),
+        "ends with one newline: {text:?}"
+    );
+}
+
+#[test]
+fn a_clip_reads_as_its_chip_does() {
+    assert_eq!(chats::clip_length(1_140), "1.1 s");
+    assert_eq!(chats::clip_length(30), "0.1 s");
+    assert_eq!(chats::clip_length(9_940), "9.9 s");
+    assert_eq!(chats::clip_length(9_960), "0:10");
+    assert_eq!(chats::clip_length(65_400), "1:05");
+    assert_eq!(chats::clip_length(3_725_000), "1:02:05");
 }

@@ -55,7 +55,7 @@ fn opening_an_empty_folder_creates_a_wal_database_and_the_attachments_folder() {
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
-    assert_eq!((version, mode.as_str()), (5, "wal"));
+    assert_eq!((version, mode.as_str()), (7, "wal"));
 }
 
 #[test]
@@ -81,7 +81,7 @@ fn reopening_keeps_everything_and_migrates_nothing() {
     let version: i64 = raw(&dir)
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 5);
+    assert_eq!(version, 7);
 }
 
 #[test]
@@ -99,7 +99,7 @@ fn a_database_from_a_newer_app_is_refused_and_left_untouched() {
             err,
             Error::NewerSchema {
                 found: 99,
-                supported: 5,
+                supported: 7,
                 ..
             }
         ),
@@ -490,4 +490,62 @@ fn settings_round_trip_as_json() {
     assert!(store.remove_setting("sampling").unwrap());
     assert!(!store.remove_setting("sampling").unwrap());
     assert_eq!(store.get_setting::<Sampling>("sampling").unwrap(), None);
+}
+
+#[test]
+fn drafts_survive_a_restart_one_per_chat_and_go_with_their_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let (kept, gone) = {
+        let store = Store::open(dir.path()).unwrap();
+        let kept = store.create_conversation("Kept").unwrap().id;
+        let gone = store.create_conversation("Gone").unwrap().id;
+        store.save_draft(None, "a new chat's first line").unwrap();
+        store.save_draft(Some(&kept), "half a question").unwrap();
+        store
+            .save_draft(Some(&kept), "half a question, then more")
+            .unwrap();
+        store.save_draft(Some(&gone), "lost with its chat").unwrap();
+        store.set_last_open(Some(&kept)).unwrap();
+        (kept, gone)
+    };
+    let store = Store::open(dir.path()).unwrap();
+    let drafts = store.drafts().unwrap();
+    assert_eq!(drafts.get(""), Some(&"a new chat's first line".to_owned()));
+    assert_eq!(
+        drafts.get(&kept),
+        Some(&"half a question, then more".to_owned())
+    );
+    assert_eq!(store.last_open().unwrap().as_deref(), Some(kept.as_str()));
+
+    store.delete_conversation(&gone).unwrap();
+    store.save_draft(None, "  \n").unwrap();
+    let drafts = store.drafts().unwrap();
+    assert_eq!(
+        drafts.keys().collect::<Vec<_>>(),
+        [&kept],
+        "an emptied draft and a deleted chat's are gone"
+    );
+
+    let err = store.save_draft(Some("no-such-chat"), "x").unwrap_err();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    let huge = "x".repeat(chats::DRAFT_MAX_BYTES + 1);
+    let err = store.save_draft(Some(&kept), &huge).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidInput(_)) && err.to_string().contains("not saved"),
+        "{err}"
+    );
+    assert_eq!(
+        store.drafts().unwrap().get(&kept).map(String::len),
+        Some("half a question, then more".len()),
+        "the draft saved before stays"
+    );
+
+    store.set_last_open(Some(&gone)).unwrap();
+    assert_eq!(
+        store.last_open().unwrap(),
+        None,
+        "a deleted chat is not reopened"
+    );
+    store.set_last_open(None).unwrap();
+    assert_eq!(store.last_open().unwrap(), None);
 }

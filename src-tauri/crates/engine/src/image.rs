@@ -163,6 +163,13 @@ pub fn preprocess_bytes(bytes: &[u8], budget: SoftTokenBudget) -> Result<Preproc
     })
 }
 
+/// How many soft tokens an upright image of `height × width` pixels becomes under `budget`:
+/// what [`preprocess_bytes`] gives as `soft_tokens`, without decoding it (a draft's count).
+pub fn soft_tokens_for(height: usize, width: usize, budget: SoftTokenBudget) -> usize {
+    let (height, width) = target_size(height.max(1), width.max(1), budget);
+    (height / GRID) * (width / GRID)
+}
+
 /// 8-bit RGB pixels, row-major, upright and opaque.
 #[derive(Debug, Clone, PartialEq)]
 struct Rgb {
@@ -556,6 +563,7 @@ mod tests {
                 (th / GRID) * (tw / GRID) <= tokens,
                 "{h}×{w} exceeds the budget"
             );
+            assert_eq!(soft_tokens_for(h, w, budget), (th / GRID) * (tw / GRID));
         }
     }
 
