@@ -428,8 +428,15 @@ def write_speech(path: Path, text: str) -> str:
     """Speaks `text` into a WAV file with espeak-ng; returns its length as the app shows it."""
     subprocess.run(["espeak-ng", "-v", "en", "-s", "150", "-w", str(path), text], check=True, capture_output=True, timeout=60)
     with wave.open(str(path)) as sound:
-        seconds = math.ceil(sound.getnframes() / sound.getframerate())
-    return f"{seconds // 60}:{seconds % 60:02d}"
+        return clip_length(sound.getnframes() / sound.getframerate())
+
+
+def clip_length(seconds: float) -> str:
+    """A clip's length as its chip says it: tenths of a second under 10 s, else m:ss."""
+    if seconds < 9.95:
+        return f"{max(0.1, math.floor(seconds * 10 + 0.5) / 10):.1f} s"
+    whole = math.floor(seconds + 0.5)
+    return f"{whole // 60}:{whole % 60:02d}"
 
 
 def drop(scenario: "Scenario", win: Window, files: list[Path]) -> None:
@@ -1040,7 +1047,8 @@ class Scenario:
             name = s.text(s.find(".audio-name", root=chip)).strip()
             check(RECORDING_NAME.fullmatch(name) is not None, f"the recording's chip is named {name!r}")
             shown_length = s.text(win.need(testid("pending-audio-duration"), "the recording's length")).strip()
-            check(shown_length in ("0:02", "0:03", "0:04"), f"the recording is {shown_length!r} long")
+            lengths = {clip_length(tenths / 10) for tenths in range(20, 45)}
+            check(shown_length in lengths, f"the recording is {shown_length!r} long (2 to 4.4 s)")
             check(win.shown(testid("recording")) is None, "the recording bar stayed up after Esc")
             steps.shot("recorded")
             # What was recorded, as the chip's Play button fetches it.
@@ -1194,12 +1202,15 @@ class Scenario:
                 return s.text(element) if element is not None else ""
 
             wait_for("Settings → Faster answers on, with the assistant beside the model", lambda: faster().startswith("On:"), 15)
-            check("tiny-assistant drafts 3 tokens at a time" in faster(), f"Faster answers says {faster()!r}")
+            check(
+                "assistant model tiny-assistant" in faster() and "drafts 3 tokens at a time" in faster(),
+                f"Faster answers says {faster()!r}",
+            )
             steps.shot("model-settings")
             win.click(testid("model-choose-folder"), "Choose Folder… in Settings → Model")
             self.desktop.choose_folder(FOLDER_DIALOG, other, timeout=30, before_accept=lambda: None)
             wait_same("the new model named in Settings", lambda: fact("Name"), other.name, MODEL_TIMEOUT)
-            check(fact("Audio") == "no", f"the second checkpoint has no audio tower, Settings says {fact('Audio')!r}")
+            check(fact("Audio").startswith("no"), f"the second checkpoint has no audio tower, Settings says {fact('Audio')!r}")
             steps.shot("model-switched")
             win.click(testid("settings-cancel"), "Cancel in Settings")
             win.model_ready(other.name, MODEL_TIMEOUT)
