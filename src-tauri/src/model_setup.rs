@@ -332,7 +332,10 @@ impl Models {
         let _switching = lock(&self.switching);
         let candidate = &self.named(candidate);
         let dir = candidate.dir.display().to_string();
-        let options = LoadOptions::default();
+        let options = LoadOptions {
+            ple_resident: self.defaults(&candidate.dir).ple_resident,
+            ..LoadOptions::default()
+        };
         if let Err(err) = self.check_fit(candidate, &options) {
             match self.state() {
                 // A download beside it that ended here says why it is not in use.

@@ -287,6 +287,11 @@ pub struct MachineDefaults {
     pub drafting: bool,
     /// Whether the vision and audio towers stay loaded between questions that use them.
     pub towers_warm: bool,
+    /// Whether the per-layer token table is held in MLX memory (`LoadOptions::ple_resident`)
+    /// instead of read from the file a row at a time: reading the rows needs each step's id on
+    /// the host before the next step can be built, which costs decode speed (bench/results.md,
+    /// "PLE rows from the file"), so a machine with room to spare keeps the table resident.
+    pub ple_resident: bool,
 }
 
 /// The context lengths offered as defaults, longest first.
@@ -299,7 +304,12 @@ impl MachineDefaults {
     ///   kernel (`qmv_wide`) reads the weights once for a verify of 2–5 rows (on M1/M2 a
     ///   verify of 4 rows costs about 4 steps, so drafting loses); on other backends, on;
     /// - towers warm: when the model with its towers and the context still leaves a quarter of
-    ///   the working set free.
+    ///   the working set free;
+    /// - PLE table resident: when the model with the table and the context still leaves half
+    ///   the working set free (a 32 GB Mac, not an 8 or 16 GB one); where the machine's memory
+    ///   is not known, read from the file.
+    ///
+    /// `needs` is the estimate for a load with the table read from the file.
     pub fn choose(device: &DeviceInfo, needs: &Needs) -> Self {
         let room = Room::of(device);
         let longest = match room {
@@ -318,10 +328,14 @@ impl MachineDefaults {
         };
         let towers_warm = room
             .is_none_or(|r| needs.total(context_length, true) <= r.working_set - r.working_set / 4);
+        let ple_resident = room.is_some_and(|r| {
+            needs.total(context_length, false) + needs.ple_table <= r.working_set / 2
+        });
         Self {
             context_length,
             drafting,
             towers_warm,
+            ple_resident,
         }
     }
 }
@@ -476,6 +490,20 @@ mod tests {
     }
 
     #[test]
+    fn only_a_mac_with_room_to_spare_keeps_the_per_layer_table_in_memory() {
+        let needs = e4b();
+        let resident = |device: &DeviceInfo| MachineDefaults::choose(device, &needs).ple_resident;
+        assert!(
+            !resident(&mac(8 * GIB, 5_700_000_000, "applegpu_g15s")),
+            "8 GB"
+        );
+        assert!(!resident(&mac(16 * GIB, 11 * GB, "applegpu_g15s")), "16 GB");
+        assert!(resident(&mac(32 * GIB, 22 * GB, "applegpu_g15s")), "32 GB");
+        assert!(!resident(&cpu(None)), "memory not known");
+        assert!(resident(&cpu(Some(64 * GIB))), "a CPU machine of 64 GB");
+    }
+
+    #[test]
     fn drafting_is_on_by_default_on_m3_and_later_and_off_on_m1_and_m2() {
         let needs = e4b();
         let drafting =
@@ -501,6 +529,7 @@ mod tests {
                 context_length: 16_384,
                 drafting: true,
                 towers_warm: true,
+                ple_resident: false,
             }
         );
         assert_eq!(Room::of(&cpu(None)), None);
