@@ -138,17 +138,39 @@ class Desktop:
         for attempt in range(3):
             self.focus(window)
             self.keys("alt+Home")
-            self.keys("ctrl+l")
-            self.keys("ctrl+a")
             # The trailing slash ends the name: GTK's inline completion, late on a loaded
             # machine, cannot stretch `tiny` into a sibling such as `tiny-optiq/`.
-            self.type(str(folder).rstrip("/") + "/")
+            self.type_location(str(folder).rstrip("/") + "/")
             if attempt == 0:
                 before_accept()
             self.keys("Return")
             if self.wait_until_gone(window, title, timeout=10):
                 return
         raise DesktopError(f"the folder dialog did not accept {folder} after 3 tries")
+
+    def type_location(self, text: str) -> None:
+        """Types `text` into the open dialog's location field and reads it back (select all,
+        copy, the clipboard through xclip), typing again while it differs: on a loaded machine
+        the field can appear after the first keys were sent (once `/work/…` arrived as `ork/…`,
+        a folder relative to the dialog's own)."""
+        for _ in range(3):
+            self.keys("ctrl+l")
+            self.keys("ctrl+a")
+            self.type(text)
+            try:
+                poll(f"the location field to read {text!r}", lambda: self.location_text() == text or None, 3, interval=0.3)
+                return
+            except DesktopError:
+                continue
+
+    def location_text(self) -> str:
+        """What the focused text field holds (left selected)."""
+        self.keys("ctrl+a")
+        self.keys("ctrl+c")
+        done = subprocess.run(
+            ["xclip", "-o", "-selection", "clipboard"], capture_output=True, text=True, timeout=10, env=self.env
+        )
+        return done.stdout if done.returncode == 0 else ""
 
     def open_file(self, title: str, path: Path, timeout: float, before_accept: Callable[[], None]) -> None:
         """Opens `path` in the GTK open dialog titled `title`, typing its path into the location
