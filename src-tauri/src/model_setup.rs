@@ -332,8 +332,10 @@ impl Models {
         let _switching = lock(&self.switching);
         let candidate = &self.named(candidate);
         let dir = candidate.dir.display().to_string();
+        // Read once per load: the checkpoint's headers against the machine.
+        let defaults = self.defaults(&candidate.dir);
         let options = LoadOptions {
-            ple_resident: self.defaults(&candidate.dir).ple_resident,
+            ple_resident: defaults.ple_resident,
             ..LoadOptions::default()
         };
         if let Err(err) = self.check_fit(candidate, &options) {
@@ -379,8 +381,8 @@ impl Models {
                 };
                 let _ = Settings::remember_model(&self.store, Some(&dir));
                 let _ = Settings::remember_recent(&self.store, &dir);
-                self.apply_faster_answers(&candidate.dir);
-                self.apply_tower_idle(&candidate.dir);
+                self.apply_faster_answers(&candidate.dir, &defaults);
+                self.apply_tower_idle(&defaults);
                 self.set(ready.clone());
                 Ok(ready)
             }
@@ -406,7 +408,8 @@ impl Models {
         let _switching = lock(&self.switching);
         Settings::set_faster_answers(&self.store, on)?;
         if let ModelState::Ready { dir, .. } = self.state() {
-            self.apply_faster_answers(Path::new(&dir));
+            let dir = Path::new(&dir);
+            self.apply_faster_answers(dir, &self.defaults(dir));
         }
         Ok(self.faster_answers())
     }
@@ -464,7 +467,8 @@ impl Models {
             return;
         };
         // Found in the models folder now, checked against the model like any drafter.
-        self.apply_faster_answers(Path::new(&dir));
+        let dir = Path::new(&dir);
+        self.apply_faster_answers(dir, &self.defaults(dir));
         if let (Err(err), false) = (result, cancel.load(Ordering::Relaxed)) {
             let state = match self.faster_answers() {
                 FasterAnswers::Missing {
@@ -488,9 +492,9 @@ impl Models {
     }
 
     /// Finds and sets the drafter for the model in `model_dir` (the engine has just loaded it,
-    /// without one), as the switch says.
-    fn apply_faster_answers(&self, model_dir: &Path) {
-        let on = Settings::faster_answers_or(&self.store, self.defaults(model_dir).drafting);
+    /// without one), as the switch says (unset: the machine's `defaults`).
+    fn apply_faster_answers(&self, model_dir: &Path, defaults: &MachineDefaults) {
+        let on = Settings::faster_answers_or(&self.store, defaults.drafting);
         let state = faster::apply(
             &self.engine,
             on,
@@ -505,11 +509,8 @@ impl Models {
     /// engine's period where the machine has room for the towers beside the model
     /// (`MachineDefaults::towers_warm`), else `TIGHT_TOWER_IDLE`, so that on a Mac without
     /// that room the tower's memory goes back soon after the question.
-    fn apply_tower_idle(&self, model_dir: &Path) {
-        if let Err(err) = self
-            .engine
-            .set_tower_idle(tower_idle(&self.defaults(model_dir)))
-        {
+    fn apply_tower_idle(&self, defaults: &MachineDefaults) {
+        if let Err(err) = self.engine.set_tower_idle(tower_idle(defaults)) {
             eprintln!("the towers' idle period was not set: {err}");
         }
     }

@@ -13,17 +13,7 @@ fn an_attached_image_is_sent_to_the_model_and_kept_with_the_message() {
     };
 
     let sent = h
-        .state
-        .chat
-        .send(
-            SendRequest {
-                conversation_id: None,
-                text: "What is this?".into(),
-                attachment_ids: vec![pending.id.clone()],
-                system_prompt: None,
-            },
-            &settings,
-        )
+        .send_with("What is this?", vec![pending.id.clone()], &settings)
         .unwrap();
     let events = h.finish(sent.generation_id);
 
@@ -76,17 +66,7 @@ fn an_attached_recording_is_heard_by_the_model_and_kept_with_the_message_after_a
     assert_eq!(pending.kind, chats::AttachmentKind::Audio);
 
     let sent = h
-        .state
-        .chat
-        .send(
-            SendRequest {
-                conversation_id: None,
-                text: "What is said here?".into(),
-                attachment_ids: vec![pending.id.clone()],
-                system_prompt: None,
-            },
-            &short(),
-        )
+        .send_with("What is said here?", vec![pending.id.clone()], &short())
         .unwrap();
     let events = h.finish(sent.generation_id);
 
@@ -197,17 +177,7 @@ fn a_model_that_cannot_hear_refuses_audio_in_words_and_keeps_it_attached() {
         .unwrap();
 
     let err = h
-        .state
-        .chat
-        .send(
-            SendRequest {
-                conversation_id: None,
-                text: "Transcribe this".into(),
-                attachment_ids: vec![pending.id.clone()],
-                system_prompt: None,
-            },
-            &short(),
-        )
+        .send_with("Transcribe this", vec![pending.id.clone()], &short())
         .unwrap_err();
 
     assert_eq!(err.kind(), ErrorKind::InvalidInput);
@@ -247,17 +217,7 @@ fn an_image_pasted_from_the_clipboard_is_attached_like_a_dropped_png() {
     // Sent like any attachment: the model sees it and the message keeps it.
     h.state.models.choose(&fixture()).unwrap();
     let sent = h
-        .state
-        .chat
-        .send(
-            SendRequest {
-                conversation_id: None,
-                text: "What is this?".into(),
-                attachment_ids: vec![pending.id.clone()],
-                system_prompt: None,
-            },
-            &short(),
-        )
+        .send_with("What is this?", vec![pending.id.clone()], &short())
         .unwrap();
     h.finish(sent.generation_id);
     let saved = h
@@ -323,19 +283,7 @@ fn the_drafts_count_holds_its_image_and_recording_as_the_prompt_will() {
     assert!(h.state.chat.count_draft(text, &ids, &larger).unwrap() > counted + 150);
 
     // What the composer said is what the prompt holds.
-    let sent = h
-        .state
-        .chat
-        .send(
-            SendRequest {
-                conversation_id: None,
-                text: text.into(),
-                attachment_ids: ids.clone(),
-                system_prompt: None,
-            },
-            &settings,
-        )
-        .unwrap();
+    let sent = h.send_with(text, ids.clone(), &settings).unwrap();
     let usage = usage_of(&h.finish(sent.generation_id));
     assert_eq!(
         counted as u32,

@@ -13,17 +13,7 @@ fn export_delete_import_gives_back_every_message_and_image_byte_for_byte() {
         ..short()
     };
     let sent = h
-        .state
-        .chat
-        .send(
-            SendRequest {
-                conversation_id: None,
-                text: "What colour?".into(),
-                attachment_ids: vec![pending.id.clone()],
-                system_prompt: None,
-            },
-            &settings,
-        )
+        .send_with("What colour?", vec![pending.id.clone()], &settings)
         .unwrap();
     h.finish(sent.generation_id);
     let id = sent.conversation.id.clone();

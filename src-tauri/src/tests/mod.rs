@@ -154,6 +154,24 @@ impl Harness {
         self.send_to(None, text, settings)
     }
 
+    /// Sends `text` with the pending attachments `attachment_ids` in a new conversation.
+    fn send_with(
+        &self,
+        text: &str,
+        attachment_ids: Vec<String>,
+        settings: &Settings,
+    ) -> Result<Sent, Error> {
+        self.state.chat.send(
+            SendRequest {
+                conversation_id: None,
+                text: text.into(),
+                attachment_ids,
+                system_prompt: None,
+            },
+            settings,
+        )
+    }
+
     /// Sends `text` in `conversation` (`None`: a new one), without attachments.
     fn send_to(
         &self,
