@@ -118,19 +118,26 @@ def main() -> None:
     for i, p in enumerate(ours["prefills"]):
         r = ref["prefills"][i]["after"] if ref else None
         lines.append(line(f"after a {p['tokens']}-token prefill (peak: during it)", p["after"], r))
-    image = ours.get("image_question")
-    if image:
-        lines.append(line("after a first image question (peak: during it)", image["after"], None))
-        lines.append(line("after the vision tower's idle release", image["after_idle_release"], None))
-        load = image["tower_load_seconds"]
-        lines += [
-            "",
-            f"First image question ({image['prompt_tokens']} prompt tokens): time to the first token "
-            f"{image['seconds_to_first_token']:.3f} s, of which reading the vision tower "
-            f"{'—' if load is None else f'{load:.3f}'} s; the tower holds {mb(image['tower_bytes'])} MB "
-            f"while in use (released after {ours['tower_idle_seconds']:.0f} s idle). "
-            f"MLX buffer cache limit {mb(ours['cache_limit_bytes'])} MB.",
-        ]
+    notes = []
+    for key, what, tower in (("image_question", "image", "vision"), ("audio_question", f"{30} s clip", "audio")):
+        media = ours.get(key)
+        if not media:
+            continue
+        r = ref.get(key) if ref else None
+        lines.append(line(f"after a first {what} question (peak: during it)", media["after"], r and r["after"]))
+        lines.append(line(f"after the {tower} tower's idle release", media["after_idle_release"], None))
+        load = media["tower_load_seconds"]
+        theirs = "" if not r else (
+            f"; mlx-vlm {r['prompt_tokens']} prompt tokens, {r['seconds_to_first_token']:.3f} s to the first token"
+        )
+        notes.append(
+            f"First {what} question ({media['prompt_tokens']} prompt tokens): time to the first token "
+            f"{media['seconds_to_first_token']:.3f} s, of which reading the {tower} tower "
+            f"{'—' if load is None else f'{load:.3f}'} s; the tower holds {mb(media['tower_bytes'])} MB "
+            f"while in use (released after {ours['tower_idle_seconds']:.0f} s idle){theirs}."
+        )
+    if notes:
+        lines += ["", *notes, f"MLX buffer cache limit {mb(ours['cache_limit_bytes'])} MB."]
     lines.append("")
     table = "\n".join(lines)
     print(table)

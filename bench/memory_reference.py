@@ -27,6 +27,56 @@ def rss_bytes() -> int | None:
     return None
 
 
+CLIP_SECONDS = 30  # tools::memory::CLIP_SECONDS
+
+
+def tone_sweep(seconds: int):
+    """tools::memory::tone_sweep: 16 kHz mono, a 220→880 Hz glide under a quieter 330 Hz tone."""
+    import numpy as np
+
+    t = np.arange(seconds * 16000, dtype=np.float64) / 16000.0
+    glide = 2 * np.pi * (220.0 * t + 660.0 * t * t / (2.0 * seconds))
+    return (0.3 * np.sin(glide) + 0.1 * np.sin(2 * np.pi * 330.0 * t)).astype(np.float32)
+
+
+def gradient_image():
+    """tools::memory::gradient_bmp(640, 480) as a PIL image."""
+    import numpy as np
+    from PIL import Image
+
+    y, x = np.mgrid[0:480, 0:640]
+    rgb = np.stack([x * 255 // 640, y * 255 // 480, (x + y) % 256], axis=-1).astype(np.uint8)
+    return Image.fromarray(rgb[::-1].copy(), "RGB")  # a BMP's rows run bottom-up
+
+
+def media_question(model, processor, kind: str) -> int:
+    """A first question about a 640×480 picture (280 soft tokens, as the app sends it) or a 30 s
+    clip, prefilled whole through the model with a fresh cache and one token taken: what
+    mlx-vlm does for a prompt with media (its processor's inputs, then the model's forward).
+    Returns the prompt's length in tokens."""
+    import mlx.core as mx
+    import numpy as np
+    from mlx_vlm.prompt_utils import apply_chat_template
+
+    if kind == "image_question":
+        prompt = apply_chat_template(processor, model.config, "Describe this picture.", num_images=1)
+        inputs = processor(text=prompt, images=[gradient_image()], max_soft_tokens=280, add_special_tokens=False)
+        pixels = inputs["pixel_values"]
+        media = {"pixel_values": [mx.array(p) for p in pixels] if isinstance(pixels, list) else mx.array(pixels)}
+    else:
+        prompt = apply_chat_template(processor, model.config, "What do you hear?", num_audios=1)
+        inputs = processor(text=prompt, audio=[tone_sweep(CLIP_SECONDS)], add_special_tokens=False)
+        media = {
+            "input_features": mx.array(inputs["input_features"]),
+            "input_features_mask": mx.array(inputs["input_features_mask"]),
+        }
+    ids = np.array(inputs["input_ids"]).reshape(1, -1)
+    cache = model.make_cache()
+    logits = model(mx.array(ids, dtype=mx.int32), cache=cache, **media).logits[0, -1]
+    mx.eval(mx.argmax(logits))
+    return int(ids.shape[1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True)
@@ -80,6 +130,21 @@ def main() -> None:
             pass
         seconds = time.perf_counter() - start
         prefills.append({"tokens": length, "seconds": seconds, "before": first, "after": snapshot()})
+    media_questions = {}
+    for kind, present in (("image_question", "vision_tower"), ("audio_question", "audio_tower")):
+        if getattr(model, present, None) is None:
+            continue
+        mx.clear_cache()
+        mx.reset_peak_memory()
+        first = snapshot()
+        start = time.perf_counter()
+        prompt_tokens = media_question(model, processor, kind)
+        media_questions[kind] = {
+            "prompt_tokens": prompt_tokens,
+            "seconds_to_first_token": time.perf_counter() - start,
+            "before": first,
+            "after": snapshot(),
+        }
     json.dump(
         {
             "engine": "mlx-vlm",
@@ -88,6 +153,7 @@ def main() -> None:
             "before_load": before,
             "after_load": after_load,
             "prefills": prefills,
+            **media_questions,
         },
         sys.stdout,
     )

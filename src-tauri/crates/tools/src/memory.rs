@@ -7,7 +7,8 @@
 //! engine's own path (`LoadedModel::token_stream`: chunked as the app chunks, logits of the last row
 //! only); then, when the model has a vision tower, a first question about an image (the tower
 //! read from the checkpoint as part of its time to the first token) and the memory after the
-//! tower's idle release. `bench/memory.py` runs it beside mlx-vlm and prints the table.
+//! tower's idle release; the same for a first question about a 30 s recording when the model has an
+//! audio tower. `bench/memory.py` runs it beside mlx-vlm and prints the table.
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
+use engine::audio::{prepare_samples, AudioLimits};
 use engine::image::{preprocess_bytes, SoftTokenBudget};
 use engine::loaded::LoadedModel;
 use engine::options::GenerateOptions;
@@ -114,7 +116,7 @@ pub fn run(
         .iter()
         .filter(|(part, _)| *part != "drafter")
         .map(|(part, bytes)| {
-            // The towers are read by the first question that needs one (`image_question`).
+            // The towers are read by the first question that needs one (`media_question`).
             let tower = matches!(*part, "vision tower" | "audio tower");
             let in_mlx = !(tower || *part == "PLE table" && ple_from_file);
             json!({"part": part, "stored_bytes": bytes, "in_mlx": in_mlx, "on_demand": tower})
@@ -182,7 +184,11 @@ pub fn run(
         drop(session);
     }
     let image = match (model.has_vision(), loaded.specials.image) {
-        (true, Some(_)) => Some(image_question(&loaded, &generate)?),
+        (true, Some(_)) => Some(media_question(&loaded, &generate, Media::Image)?),
+        _ => None,
+    };
+    let audio = match (model.has_audio(), loaded.specials.audio) {
+        (true, Some(_)) => Some(media_question(&loaded, &generate, Media::Clip)?),
         _ => None,
     };
     release_cache()?;
@@ -199,15 +205,28 @@ pub fn run(
         "after_load": after_load,
         "prefills": prefill_runs,
         "image_question": image,
+        "audio_question": audio,
         "cache_limit_bytes": loaded.policy.cache_limit,
         "tower_idle_seconds": loaded.policy.tower_idle.as_secs_f64(),
     }))
 }
 
-/// The first question about an image after the load, through the engine's path: the vision
+/// What a first media question attaches.
+#[derive(Clone, Copy)]
+enum Media {
+    /// A 640×480 picture at the app's 280-token budget.
+    Image,
+    /// A 30 s recording (one full clip of the audio tower: `CLIP_SECONDS`).
+    Clip,
+}
+
+/// Length of the recording of a first audio question: the longest clip the tower takes at once.
+pub const CLIP_SECONDS: usize = 30;
+
+/// A first question about an image or a clip after the load, through the engine's path: the
 /// tower is read from the checkpoint inside it (its read time is part of the time to the first
 /// token, and reported apart), then the tower is released as the idle period would.
-fn image_question(loaded: &LoadedModel, options: &GenerateOptions) -> Result<Value> {
+fn media_question(loaded: &LoadedModel, options: &GenerateOptions, media: Media) -> Result<Value> {
     let options = GenerateOptions {
         context_window: options.context_window.max(2048),
         ..options.clone()
@@ -216,20 +235,26 @@ fn image_question(loaded: &LoadedModel, options: &GenerateOptions) -> Result<Val
     reset_peak()?;
     let start = snapshot()?;
     let started = Instant::now();
-    let image = Arc::new(preprocess_bytes(
-        &gradient_bmp(640, 480),
-        SoftTokenBudget::T280,
-    )?);
+    let (part, images, clips, question) = match media {
+        Media::Image => {
+            let image = preprocess_bytes(&gradient_bmp(640, 480), SoftTokenBudget::T280)?;
+            (Part::Image, vec![Arc::new(image)], vec![], "Describe this picture.")
+        }
+        Media::Clip => {
+            let prepared = prepare_samples(&tone_sweep(CLIP_SECONDS), &AudioLimits::default())?;
+            (Part::Audio, vec![], prepared.clips, "What do you hear?")
+        }
+    };
     let messages = [Message::new(
         Role::User,
         vec![
-            Part::Image,
+            part,
             Part::Text {
-                text: "Describe this picture.".into(),
+                text: question.into(),
             },
         ],
     )];
-    let prompt = loaded.prompt(&messages, false, &[image])?;
+    let prompt = loaded.prompt_with_tools(&messages, &[], false, &images, &clips)?;
     let mut session = Session::new(&loaded.model);
     let cancel = AtomicBool::new(false);
     let mut stream =
@@ -239,7 +264,11 @@ fn image_question(loaded: &LoadedModel, options: &GenerateOptions) -> Result<Val
     let during = snapshot()?;
     drop(stream);
     drop(session);
-    let (tower_bytes, _) = loaded.tower_bytes();
+    let (vision_bytes, audio_bytes) = loaded.tower_bytes();
+    let tower_bytes = match media {
+        Media::Image => vision_bytes,
+        Media::Clip => audio_bytes,
+    };
     let tower_load = loaded.last_tower_load().map(|d| d.as_secs_f64());
     loaded.release_idle_towers(Duration::ZERO);
     loaded.forget_media_features();
@@ -254,6 +283,22 @@ fn image_question(loaded: &LoadedModel, options: &GenerateOptions) -> Result<Val
         "after": during,
         "after_idle_release": snapshot()?,
     }))
+}
+
+/// `seconds` of 16 kHz mono: a tone gliding from 220 to 880 Hz under a quieter fixed 330 Hz one
+/// (`bench/memory_reference.py` writes the same samples to a WAV file for mlx-vlm).
+pub fn tone_sweep(seconds: usize) -> Vec<f32> {
+    let rate = 16_000.0f64;
+    let total = seconds as f64;
+    (0..seconds * 16_000)
+        .map(|i| {
+            let t = i as f64 / rate;
+            // Phase of a linear glide: 2π (f0 t + (f1 - f0) t² / (2 T)).
+            let glide = std::f64::consts::TAU * (220.0 * t + 660.0 * t * t / (2.0 * total));
+            let fixed = std::f64::consts::TAU * 330.0 * t;
+            (0.3 * glide.sin() + 0.1 * fixed.sin()) as f32
+        })
+        .collect()
 }
 
 /// An uncompressed 24-bit BMP of a colour gradient, `width` × `height` (a multiple of 4 wide).
