@@ -238,7 +238,12 @@ fn media_question(loaded: &LoadedModel, options: &GenerateOptions, media: Media)
     let (part, images, clips, question) = match media {
         Media::Image => {
             let image = preprocess_bytes(&gradient_bmp(640, 480), SoftTokenBudget::T280)?;
-            (Part::Image, vec![Arc::new(image)], vec![], "Describe this picture.")
+            (
+                Part::Image,
+                vec![Arc::new(image)],
+                vec![],
+                "Describe this picture.",
+            )
         }
         Media::Clip => {
             let prepared = prepare_samples(&tone_sweep(CLIP_SECONDS), &AudioLimits::default())?;
