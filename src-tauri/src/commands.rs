@@ -19,6 +19,7 @@ use crate::local_api::{ApiLogEntry, LocalApiChange, LocalApiStatus};
 use crate::memory::{self, MemoryUsage};
 use crate::model_setup::{ModelState, RecentModel};
 use crate::settings::Settings;
+use crate::speech::Speaker;
 use crate::state::AppState;
 use crate::status::{self, AppStatus};
 use crate::transfer::{self, Imported};
@@ -476,4 +477,16 @@ pub async fn copy_text(clipboard: State<'_, TextClipboard>, text: String) -> Res
 #[tauri::command]
 pub fn api_log(state: Shared<'_>) -> Vec<ApiLogEntry> {
     state.local_api.log()
+}
+
+/// Reads `text` (an answer, as a person reads it) aloud as answer `id`, stopping any other.
+#[tauri::command]
+pub fn speak(speaker: State<'_, Speaker>, id: String, text: String) -> Result<(), Error> {
+    speaker.speak(id, &text)
+}
+
+/// Stops reading aloud; the answer that was being read, if any.
+#[tauri::command]
+pub fn stop_speaking(speaker: State<'_, Speaker>) -> Option<String> {
+    speaker.stop()
 }

@@ -20,6 +20,7 @@ mod memory;
 mod mock_microphone;
 mod model_setup;
 mod settings;
+mod speech;
 mod state;
 mod status;
 mod sync;
@@ -38,7 +39,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use model_store::HfCache;
 use tauri::webview::NewWindowResponse;
-use tauri::{AppHandle, DragDropEvent, Manager, RunEvent, WebviewWindowBuilder, WindowEvent};
+use tauri::{
+    AppHandle, DragDropEvent, Emitter, Manager, RunEvent, WebviewWindowBuilder, WindowEvent,
+};
 
 use crate::attachments::DropEvent;
 use crate::data_dir::DataDir;
@@ -114,9 +117,18 @@ fn run() -> anyhow::Result<()> {
             commands::regenerate_api_key,
             commands::api_log,
             commands::copy_text,
+            commands::speak,
+            commands::stop_speaking,
         ])
         .build(tauri::generate_context!())
         .context("could not start the app")?;
+    let speech_events = app.handle().clone();
+    app.manage(speech::Speaker::new(
+        speech::Output::from_env(),
+        move |event| {
+            let _ = speech_events.emit(speech::EVENT, event);
+        },
+    ));
     let data_dir = match options.data_dir {
         Some(dir) => dir,
         None => app
@@ -178,6 +190,10 @@ fn run() -> anyhow::Result<()> {
                 if let Some(state) = handle.try_state::<AppState>() {
                     state.chat.shutdown();
                     state.local_api.shutdown();
+                }
+                // The speech command is a process of its own: it would go on talking.
+                if let Some(speaker) = handle.try_state::<speech::Speaker>() {
+                    speaker.stop();
                 }
             }
             _ => {}

@@ -37,6 +37,7 @@ import type { SearchHit } from "./bindings/SearchHit";
 import type { SendRequest } from "./bindings/SendRequest";
 import type { Sent } from "./bindings/Sent";
 import type { Settings } from "./bindings/Settings";
+import type { SpeechEvent } from "./bindings/SpeechEvent";
 import type { SettingsLimits } from "./bindings/SettingsLimits";
 import type { SnippetPart } from "./bindings/SnippetPart";
 import type { StopReason } from "./bindings/StopReason";
@@ -76,6 +77,7 @@ export type {
   Settings,
   SettingsLimits,
   SnippetPart,
+  SpeechEvent,
   StopReason,
   Usage,
 };
@@ -419,6 +421,22 @@ export function onApiActivity(handler: (activity: ApiActivity) => void): Promise
 
 export function onDrop(handler: (event: DropEvent) => void): Promise<UnlistenFn> {
   return listen<DropEvent>("drop", (event) => handler(event.payload));
+}
+
+// Read aloud
+
+/** Reads `text` aloud with the system's voice as answer `id` (stopping any other). */
+export function speak(id: string, text: string): Promise<void> {
+  return call("speak", { id, text });
+}
+
+/** Stops reading aloud; the answer that was being read, if any. */
+export function stopSpeaking(): Promise<string | null> {
+  return call("stop_speaking");
+}
+
+export function onSpeech(handler: (event: SpeechEvent) => void): Promise<UnlistenFn> {
+  return listen<SpeechEvent>("speech", (event) => handler(event.payload));
 }
 
 export type { UnlistenFn };

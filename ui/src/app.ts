@@ -23,6 +23,7 @@ import { Composer } from "./views/composer";
 import { Sidebar } from "./views/sidebar";
 import { startupErrorView } from "./views/startup-error";
 import { StatusBar } from "./views/status-bar";
+import { readAloud } from "./views/read-aloud";
 import { Toasts } from "./views/toasts";
 
 export class App {
@@ -143,6 +144,8 @@ export class App {
         await api.onDrop((event) => this.attachments.onDrop(event)),
         ...(await this.settings.listen()),
       );
+      await readAloud.start((message) => toasts.show(message));
+      this.unlisteners.push(() => readAloud.stopListening());
     } catch (error) {
       toasts.show(`Live updates are unavailable: ${errorMessage(error)}`);
     }
