@@ -144,6 +144,12 @@ export class App {
         await api.onDrop((event) => this.attachments.onDrop(event)),
         ...(await this.settings.listen()),
       );
+      this.unlisteners.push(
+        await api.onOpenConversation((id) => {
+          void this.conversations.refresh();
+          void this.conversations.open(id);
+        }),
+      );
       await readAloud.start((message) => toasts.show(message));
       this.unlisteners.push(() => readAloud.stopListening());
     } catch (error) {
