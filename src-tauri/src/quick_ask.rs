@@ -204,9 +204,14 @@ pub fn show(app: &AppHandle) -> Result<(), Error> {
             if let Some(state) = app.try_state::<crate::state::AppState>() {
                 builder = builder.data_directory(state.data_dir.webview());
             }
-            builder
-                .build()
-                .map_err(|e| Error::Internal(format!("could not open the quick-ask window: {e}")))?
+            let window = builder.build().map_err(|e| {
+                Error::Internal(format!("could not open the quick-ask window: {e}"))
+            })?;
+            // Hold to talk records in this window: the e2e suite's mock microphone here too.
+            crate::mock_microphone::install(&window).map_err(|e| {
+                Error::Internal(format!("could not set up the e2e microphone: {e}"))
+            })?;
+            window
         }
     };
     let _ = window.unminimize();

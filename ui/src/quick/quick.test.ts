@@ -49,6 +49,8 @@ const done = (messageId: string): GenerationEvent => ({
   contextWindow: 8192,
 });
 
+const WAV = new Uint8Array([82, 73, 70, 70]);
+let recording: { stop: ReturnType<typeof vi.fn>; cancel: ReturnType<typeof vi.fn> };
 let handlers: { [K in keyof QuickAskHandlers]: ReturnType<typeof vi.fn> };
 let view: QuickAskView;
 const $ = <T extends HTMLElement = HTMLElement>(id: string) => view.element.querySelector<T>(`[data-testid="${id}"]`);
@@ -61,11 +63,14 @@ function ask(text: string): void {
 }
 
 beforeEach(() => {
+  recording = { stop: vi.fn(() => Promise.resolve(WAV)), cancel: vi.fn() };
   let turn = 0;
   handlers = {
     send: vi.fn((conversationId: string | null) => Promise.resolve(sent(conversationId ?? "c1", ++turn))),
     stop: vi.fn(() => Promise.resolve(true)),
     handOver: vi.fn(() => Promise.resolve()),
+    record: vi.fn(() => Promise.resolve(recording)),
+    attach: vi.fn(() => Promise.resolve("p1")),
     hide: vi.fn(() => Promise.resolve()),
   };
   view = new QuickAskView(handlers as unknown as QuickAskHandlers);
@@ -78,7 +83,7 @@ describe("the quick-ask window", () => {
   it("sends the question as a new chat and streams the answer in", async () => {
     ask("What is the capital of France?");
     await settle();
-    expect(handlers.send).toHaveBeenCalledWith(null, "What is the capital of France?");
+    expect(handlers.send).toHaveBeenCalledWith(null, "What is the capital of France?", []);
     expect($<HTMLTextAreaElement>("quick-question")?.value).toBe("");
     expect($("quick-stop")?.hidden).toBe(false);
     view.onGeneration(delta("a1", "The capital is **Paris**."));
@@ -98,7 +103,7 @@ describe("the quick-ask window", () => {
     view.onGeneration(done("a1"));
     ask("And then?");
     await settle();
-    expect(handlers.send).toHaveBeenLastCalledWith("c1", "And then?");
+    expect(handlers.send).toHaveBeenLastCalledWith("c1", "And then?", []);
   });
 
   it("ignores an empty question and one sent while an answer streams", async () => {
@@ -145,7 +150,7 @@ describe("the quick-ask window", () => {
     expect($<HTMLButtonElement>("quick-open")?.disabled).toBe(true);
     ask("New one?");
     await settle();
-    expect(handlers.send).toHaveBeenLastCalledWith(null, "New one?");
+    expect(handlers.send).toHaveBeenLastCalledWith(null, "New one?", []);
   });
 
   it("says why a hand-over failed (the chat was deleted meanwhile)", async () => {
@@ -161,6 +166,50 @@ describe("the quick-ask window", () => {
   it("is dismissed with Esc", () => {
     document.dispatchEvent(new KeyboardEvent("keydown", { key: "Escape", bubbles: true, cancelable: true }));
     expect(handlers.hide).toHaveBeenCalledTimes(1);
+  });
+});
+
+describe("hold to talk", () => {
+  const talk = () => $<HTMLButtonElement>("quick-talk") as HTMLButtonElement;
+  const pointer = (type: string) => talk().dispatchEvent(new MouseEvent(type, { bubbles: true, button: 0 }));
+
+  it("records while held and asks about the clip when let go", async () => {
+    pointer("pointerdown");
+    await settle();
+    expect(handlers.record).toHaveBeenCalledTimes(1);
+    expect(talk().getAttribute("aria-pressed")).toBe("true");
+    expect($("quick-status")?.textContent).toBe("Listening… release to ask.");
+    expect(recording.stop).not.toHaveBeenCalled();
+    pointer("pointerup");
+    await settle();
+    expect(recording.stop).toHaveBeenCalledTimes(1);
+    expect(handlers.attach).toHaveBeenCalledWith(WAV);
+    expect(handlers.send).toHaveBeenCalledWith(null, "", ["p1"]);
+    expect(talk().getAttribute("aria-pressed")).toBe("false");
+  });
+
+  it("sends typed words with the clip, and works held with Space", async () => {
+    const field = $<HTMLTextAreaElement>("quick-question") as HTMLTextAreaElement;
+    field.value = "Translate this";
+    talk().dispatchEvent(new KeyboardEvent("keydown", { key: " ", bubbles: true, cancelable: true }));
+    // Key repeat while held opens nothing more.
+    talk().dispatchEvent(new KeyboardEvent("keydown", { key: " ", repeat: true, bubbles: true, cancelable: true }));
+    await settle();
+    talk().dispatchEvent(new KeyboardEvent("keyup", { key: " ", bubbles: true }));
+    await settle();
+    expect(handlers.record).toHaveBeenCalledTimes(1);
+    expect(handlers.send).toHaveBeenCalledWith(null, "Translate this", ["p1"]);
+  });
+
+  it("says why in words when the microphone cannot be used, and sends nothing", async () => {
+    handlers.record.mockRejectedValue(new Error("No microphone was found. Connect one and try again."));
+    pointer("pointerdown");
+    await settle();
+    pointer("pointerup");
+    await settle();
+    expect($("quick-status")?.textContent).toBe("No microphone was found. Connect one and try again.");
+    expect(handlers.attach).not.toHaveBeenCalled();
+    expect(handlers.send).not.toHaveBeenCalled();
   });
 });
 

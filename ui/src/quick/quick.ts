@@ -4,6 +4,7 @@
  * main window's, through the same engine; a follow-up continues it. docs/QUICK_ASK.md.
  */
 import * as api from "../api";
+import { startRecording, type Recording } from "../audio/recorder";
 import type { GenerationEvent, Sent, UnlistenFn } from "../api";
 import { errorMessage } from "../api";
 import { el } from "../dom";
@@ -13,7 +14,11 @@ import { readAloud, readAloudButton } from "../views/read-aloud";
 
 /** What the window asks of the backend (the real bridge in the app, fakes in tests). */
 export interface QuickAskHandlers {
-  send(conversationId: string | null, text: string): Promise<Sent>;
+  send(conversationId: string | null, text: string, attachmentIds: string[]): Promise<Sent>;
+  /** Opens the microphone (the main window's recorder); rejects with the reason in words. */
+  record(): Promise<Recording>;
+  /** Hands a finished recording to the backend as a pending attachment; its id. */
+  attach(wav: Uint8Array): Promise<string>;
   stop(generationId: number): Promise<unknown>;
   /** Continues the conversation in the main window (and hides this one). */
   handOver(conversationId: string): Promise<void>;
@@ -50,12 +55,24 @@ export class QuickAskView {
     { type: "button", class: "primary", "data-testid": "quick-open", disabled: "" },
     "Open in Gemma Desk",
   );
+  private readonly talkButton = el(
+    "button",
+    {
+      type: "button",
+      "data-testid": "quick-talk",
+      "aria-label": "Hold to talk",
+      title: "Hold to talk: records while held, then asks about what was said",
+    },
+    "Hold to talk",
+  );
   private readonly actions = el("div", { class: "quick-actions" });
+  /** The recording while the talk button is held (a promise: the microphone opens async). */
+  private recording: Promise<Recording | null> | null = null;
   private answer: Answer | null = null;
   private conversationId: string | null = null;
 
   constructor(private readonly handlers: QuickAskHandlers) {
-    this.actions.append(this.status, this.stopButton, this.openButton);
+    this.actions.append(this.status, this.talkButton, this.stopButton, this.openButton);
     this.element = el(
       "main",
       { class: "quick-ask", "aria-label": "Quick ask" },
@@ -70,6 +87,21 @@ export class QuickAskView {
       }
     });
     this.stopButton.addEventListener("click", () => void this.stop());
+    // Held with the pointer, or with Space/Enter while it has the focus.
+    this.talkButton.addEventListener("pointerdown", (event) => {
+      if (event.button === 0) this.startTalking();
+    });
+    for (const end of ["pointerup", "pointerleave", "pointercancel"] as const)
+      this.talkButton.addEventListener(end, () => void this.stopTalking());
+    this.talkButton.addEventListener("keydown", (event) => {
+      if ((event.key === " " || event.key === "Enter") && !event.repeat) {
+        event.preventDefault();
+        this.startTalking();
+      }
+    });
+    this.talkButton.addEventListener("keyup", (event) => {
+      if (event.key === " " || event.key === "Enter") void this.stopTalking();
+    });
     this.openButton.addEventListener("click", () => void this.openInMain());
     this.element.ownerDocument.addEventListener("keydown", this.onKey);
   }
@@ -79,13 +111,43 @@ export class QuickAskView {
     this.question.focus();
   }
 
-  /** Sends the typed question; the answer streams in through `onGeneration`. */
-  async ask(): Promise<void> {
+  /** Starts recording while the talk button is held. */
+  startTalking(): void {
+    if (this.recording || this.answer?.streaming) return;
+    this.talkButton.classList.add("active");
+    this.talkButton.setAttribute("aria-pressed", "true");
+    this.setStatus("Listening… release to ask.");
+    this.recording = this.handlers.record().catch((error: unknown) => {
+      this.setStatus(errorMessage(error));
+      return null;
+    });
+  }
+
+  /** The talk button was let go: the clip is asked about (with any typed words). */
+  async stopTalking(): Promise<void> {
+    const pending = this.recording;
+    if (!pending) return;
+    this.recording = null;
+    this.talkButton.classList.remove("active");
+    this.talkButton.setAttribute("aria-pressed", "false");
+    const recording = await pending;
+    if (!recording) return;
+    try {
+      const wav = await recording.stop();
+      const id = await this.handlers.attach(wav);
+      await this.ask([id]);
+    } catch (error) {
+      this.setStatus(`Could not use the recording: ${errorMessage(error)}`);
+    }
+  }
+
+  /** Sends the typed question (and a recording); the answer streams in through `onGeneration`. */
+  async ask(attachmentIds: string[] = []): Promise<void> {
     const text = this.question.value.trim();
-    if (!text || this.answer?.streaming) return;
+    if ((!text && attachmentIds.length === 0) || this.answer?.streaming) return;
     this.setStatus("Thinking…");
     try {
-      const sent = await this.handlers.send(this.conversationId, text);
+      const sent = await this.handlers.send(this.conversationId, text, attachmentIds);
       this.conversationId = sent.conversation.id;
       this.answer = {
         conversationId: sent.conversation.id,
@@ -181,7 +243,9 @@ export class QuickAskView {
 /** Mounts the window on the real bridge. */
 export async function mountQuickAsk(root: HTMLElement): Promise<QuickAskView> {
   const view = new QuickAskView({
-    send: (conversationId, text) => api.sendMessage({ conversationId, text, attachmentIds: [] }),
+    send: (conversationId, text, attachmentIds) => api.sendMessage({ conversationId, text, attachmentIds }),
+    record: () => startRecording(),
+    attach: async (wav) => (await api.addPastedFile(wav, "Quick ask recording.wav")).id,
     stop: (generationId) => api.stopGeneration(generationId),
     handOver: (conversationId) => api.quickAskHandOver(conversationId),
     hide: () => api.hideQuickAsk(),
