@@ -82,6 +82,8 @@ pub struct Speaker {
     output: Output,
     notify: Notify,
     current: Arc<Mutex<Option<Job>>>,
+    /// Held by a capture while it writes the file: the next one starts writing after it.
+    capturing: Arc<Mutex<()>>,
 }
 
 impl Speaker {
@@ -90,6 +92,7 @@ impl Speaker {
             output,
             notify: Arc::new(notify),
             current: Arc::new(Mutex::new(None)),
+            capturing: Arc::new(Mutex::new(())),
         }
     }
 
@@ -133,7 +136,12 @@ impl Speaker {
                 let capture = match (&output, stdout) {
                     (Output::Capture(path), Some(stdout)) => {
                         let path = path.clone();
-                        Some(thread::spawn(move || capture_paced(stdout, &path)))
+                        let stopped = stopped.clone();
+                        let capturing = speaker.capturing.clone();
+                        Some(thread::spawn(move || {
+                            let _writing = capturing.lock().unwrap_or_else(|e| e.into_inner());
+                            capture_paced(stdout, &path, &stopped)
+                        }))
                     }
                     _ => None,
                 };
@@ -328,8 +336,10 @@ pub fn speakable(text: &str) -> String {
 const WAV_HEADER: usize = 44;
 
 /// Copies the WAV stream from `source` to `path` no faster than it would play, then writes the
-/// real sizes into the header (a stream's header has placeholders).
-fn capture_paced(mut source: impl Read, path: &Path) -> io::Result<()> {
+/// real sizes into the header (a stream's header has placeholders). Once `stopped`, nothing
+/// more is written, as a loudspeaker goes quiet: the pipe may still hold a second or two of
+/// audio the killed synthesizer wrote ahead.
+fn capture_paced(mut source: impl Read, path: &Path, stopped: &AtomicBool) -> io::Result<()> {
     let mut header = [0u8; WAV_HEADER];
     let mut file = File::create(path)?;
     if let Err(e) = source.read_exact(&mut header) {
@@ -362,6 +372,9 @@ fn capture_paced(mut source: impl Read, path: &Path) -> io::Result<()> {
         let due = Duration::from_secs_f64(written as f64 / f64::from(byte_rate));
         if let Some(wait) = due.checked_sub(start.elapsed()) {
             thread::sleep(wait);
+        }
+        if stopped.load(Ordering::SeqCst) {
+            break;
         }
         file.write_all(&buffer[..n])?;
         written += n as u64;
@@ -474,12 +487,22 @@ mod tests {
             assert!(start.elapsed() < Duration::from_secs(60), "no audio came");
             thread::sleep(Duration::from_millis(20));
         }
+        let at_stop = std::fs::metadata(&path).unwrap().len() as f64;
         assert_eq!(speaker.stop().as_deref(), Some("m1"));
         assert_eq!(next(&events), SpeechEvent::Stopped { id: "m1".into() });
         assert_eq!(speaker.speaking(), None);
         let (seconds, rms) = measure(&path);
-        // The whole text is about 60 s of speech; what played before Stop is a small part.
-        assert!(seconds > 0.4 && seconds < 30.0, "{seconds} s captured");
+        // The whole text is about 60 s of speech; the voice ends at Stop: at most a block or
+        // two more than had played (22,050 Hz, 16-bit mono: 44,100 bytes a second).
+        let at_stop = (at_stop - WAV_HEADER as f64) / 44_100.0;
+        assert!(
+            seconds >= at_stop,
+            "{seconds} s captured, {at_stop} s at Stop"
+        );
+        assert!(
+            seconds < at_stop + 0.5,
+            "{seconds} s captured, {at_stop} s at Stop: the voice went on"
+        );
         assert!(rms > 0.01, "the captured part is speech (RMS {rms})");
         // The text is spoken whole when nobody stops it: the stop was what cut it short.
         assert!(events.try_recv().is_err(), "no event after Stopped");
