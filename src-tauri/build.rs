@@ -50,6 +50,13 @@ const COMMANDS: &[&str] = &[
     "regenerate_api_key",
     "api_log",
     "copy_text",
+    "speak",
+    "stop_speaking",
+    "quick_ask_shortcut",
+    "set_quick_ask_shortcut",
+    "show_quick_ask",
+    "hide_quick_ask",
+    "quick_ask_hand_over",
 ];
 
 fn main() {

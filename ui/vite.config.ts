@@ -9,6 +9,8 @@ export default defineConfig({
     // (KaTeX's smallest fonts would otherwise be inlined into its CSS and blocked).
     assetsInlineLimit: 0,
     target: "safari16",
+    // Two pages: the main window, and the quick-ask window (src/quick, docs/QUICK_ASK.md).
+    rollupOptions: { input: { main: "index.html", quick: "quick.html" } },
   },
   clearScreen: false,
   test: {

@@ -18,7 +18,9 @@ use crate::faster::FasterAnswers;
 use crate::local_api::{ApiLogEntry, LocalApiChange, LocalApiStatus};
 use crate::memory::{self, MemoryUsage};
 use crate::model_setup::{ModelState, RecentModel};
+use crate::quick_ask::{self, QuickAskShortcut};
 use crate::settings::Settings;
+use crate::speech::Speaker;
 use crate::state::AppState;
 use crate::status::{self, AppStatus};
 use crate::transfer::{self, Imported};
@@ -476,4 +478,55 @@ pub async fn copy_text(clipboard: State<'_, TextClipboard>, text: String) -> Res
 #[tauri::command]
 pub fn api_log(state: Shared<'_>) -> Vec<ApiLogEntry> {
     state.local_api.log()
+}
+
+/// Reads `text` (an answer, as a person reads it) aloud as answer `id`, stopping any other.
+#[tauri::command]
+pub fn speak(speaker: State<'_, Speaker>, id: String, text: String) -> Result<(), Error> {
+    speaker.speak(id, &text)
+}
+
+/// Stops reading aloud; the answer that was being read, if any.
+#[tauri::command]
+pub fn stop_speaking(speaker: State<'_, Speaker>) -> Option<String> {
+    speaker.stop()
+}
+
+/// The quick-ask shortcut and whether the system gave it to the app.
+#[tauri::command]
+pub fn quick_ask_shortcut(app: AppHandle, state: Shared<'_>) -> QuickAskShortcut {
+    quick_ask::status(&app, &state.store)
+}
+
+/// Uses `shortcut` for quick ask from now on, when the system accepts it (said in the answer).
+#[tauri::command]
+pub async fn set_quick_ask_shortcut(
+    app: AppHandle,
+    state: Shared<'_>,
+    shortcut: String,
+) -> Result<QuickAskShortcut, Error> {
+    let store = state.store.clone();
+    blocking(move || Ok(quick_ask::apply(&app, &store, &shortcut))).await
+}
+
+/// Opens the quick-ask window, as the shortcut does.
+#[tauri::command]
+pub async fn show_quick_ask(app: AppHandle) -> Result<(), Error> {
+    quick_ask::show(&app)
+}
+
+/// Hides the quick-ask window (Esc there).
+#[tauri::command]
+pub fn hide_quick_ask(app: AppHandle) {
+    quick_ask::hide(&app);
+}
+
+/// Continues a quick-ask conversation in the main window.
+#[tauri::command]
+pub fn quick_ask_hand_over(
+    app: AppHandle,
+    state: Shared<'_>,
+    conversation_id: String,
+) -> Result<(), Error> {
+    quick_ask::hand_over(&app, &state.store, &conversation_id)
 }

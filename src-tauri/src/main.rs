@@ -19,7 +19,9 @@ mod local_api;
 mod memory;
 mod mock_microphone;
 mod model_setup;
+mod quick_ask;
 mod settings;
+mod speech;
 mod state;
 mod status;
 mod sync;
@@ -38,7 +40,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use model_store::HfCache;
 use tauri::webview::NewWindowResponse;
-use tauri::{AppHandle, DragDropEvent, Manager, RunEvent, WebviewWindowBuilder, WindowEvent};
+use tauri::{
+    AppHandle, DragDropEvent, Emitter, Manager, RunEvent, WebviewWindowBuilder, WindowEvent,
+};
 
 use crate::attachments::DropEvent;
 use crate::data_dir::DataDir;
@@ -114,9 +118,24 @@ fn run() -> anyhow::Result<()> {
             commands::regenerate_api_key,
             commands::api_log,
             commands::copy_text,
+            commands::speak,
+            commands::stop_speaking,
+            commands::quick_ask_shortcut,
+            commands::set_quick_ask_shortcut,
+            commands::show_quick_ask,
+            commands::hide_quick_ask,
+            commands::quick_ask_hand_over,
         ])
         .build(tauri::generate_context!())
         .context("could not start the app")?;
+    quick_ask::install(app.handle());
+    let speech_events = app.handle().clone();
+    app.manage(speech::Speaker::new(
+        speech::Output::from_env(),
+        move |event| {
+            let _ = speech_events.emit(speech::EVENT, event);
+        },
+    ));
     let data_dir = match options.data_dir {
         Some(dir) => dir,
         None => app
@@ -179,6 +198,10 @@ fn run() -> anyhow::Result<()> {
                     state.chat.shutdown();
                     state.local_api.shutdown();
                 }
+                // The speech command is a process of its own: it would go on talking.
+                if let Some(speaker) = handle.try_state::<speech::Speaker>() {
+                    speaker.stop();
+                }
             }
             _ => {}
         }
@@ -190,12 +213,19 @@ fn run() -> anyhow::Result<()> {
 fn start(app: &AppHandle, state: AppState) -> anyhow::Result<()> {
     let models = state.models.clone();
     let data_dir = state.data_dir.clone();
+    let store = state.store.clone();
     app.manage(state);
     open_main_window(app, &data_dir)?;
     std::thread::Builder::new()
         .name("model-startup".into())
         .spawn(move || models.load_at_startup())
         .context("could not start loading the model")?;
+    // The plugin registers on the event loop's thread and waits for it: not from this one.
+    let handle = app.clone();
+    std::thread::Builder::new()
+        .name("quick-ask-shortcut".into())
+        .spawn(move || quick_ask::register_stored(&handle, &store))
+        .context("could not start registering the quick-ask shortcut")?;
     Ok(())
 }
 

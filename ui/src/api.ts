@@ -37,6 +37,8 @@ import type { SearchHit } from "./bindings/SearchHit";
 import type { SendRequest } from "./bindings/SendRequest";
 import type { Sent } from "./bindings/Sent";
 import type { Settings } from "./bindings/Settings";
+import type { SpeechEvent } from "./bindings/SpeechEvent";
+import type { QuickAskShortcut } from "./bindings/QuickAskShortcut";
 import type { SettingsLimits } from "./bindings/SettingsLimits";
 import type { SnippetPart } from "./bindings/SnippetPart";
 import type { StopReason } from "./bindings/StopReason";
@@ -76,6 +78,8 @@ export type {
   Settings,
   SettingsLimits,
   SnippetPart,
+  SpeechEvent,
+  QuickAskShortcut,
   StopReason,
   Usage,
 };
@@ -419,6 +423,59 @@ export function onApiActivity(handler: (activity: ApiActivity) => void): Promise
 
 export function onDrop(handler: (event: DropEvent) => void): Promise<UnlistenFn> {
   return listen<DropEvent>("drop", (event) => handler(event.payload));
+}
+
+// Read aloud
+
+/** Reads `text` aloud with the system's voice as answer `id` (stopping any other). */
+export function speak(id: string, text: string): Promise<void> {
+  return call("speak", { id, text });
+}
+
+/** Stops reading aloud; the answer that was being read, if any. */
+export function stopSpeaking(): Promise<string | null> {
+  return call("stop_speaking");
+}
+
+export function onSpeech(handler: (event: SpeechEvent) => void): Promise<UnlistenFn> {
+  return listen<SpeechEvent>("speech", (event) => handler(event.payload));
+}
+
+// Quick ask
+
+/** The quick-ask shortcut and whether the system gave it to the app. */
+export function quickAskShortcut(): Promise<QuickAskShortcut> {
+  return call("quick_ask_shortcut");
+}
+
+/** Uses `shortcut` for quick ask from now on; the answer says whether the system accepted it. */
+export function setQuickAskShortcut(shortcut: string): Promise<QuickAskShortcut> {
+  return call("set_quick_ask_shortcut", { shortcut });
+}
+
+/** Opens the quick-ask window (as the shortcut does). */
+export function showQuickAsk(): Promise<void> {
+  return call("show_quick_ask");
+}
+
+/** Hides the quick-ask window. */
+export function hideQuickAsk(): Promise<void> {
+  return call("hide_quick_ask");
+}
+
+/** Continues a quick-ask conversation in the main window. */
+export function quickAskHandOver(conversationId: string): Promise<void> {
+  return call("quick_ask_hand_over", { conversationId });
+}
+
+/** The quick-ask window was opened by the shortcut. */
+export function onQuickAskShown(handler: () => void): Promise<UnlistenFn> {
+  return listen<null>("quick-ask-shown", () => handler());
+}
+
+/** (Main window) the quick-ask window handed this conversation over: show it. */
+export function onOpenConversation(handler: (conversationId: string) => void): Promise<UnlistenFn> {
+  return listen<string>("open-conversation", (event) => handler(event.payload));
 }
 
 export type { UnlistenFn };

@@ -23,6 +23,7 @@ import { Composer } from "./views/composer";
 import { Sidebar } from "./views/sidebar";
 import { startupErrorView } from "./views/startup-error";
 import { StatusBar } from "./views/status-bar";
+import { readAloud } from "./views/read-aloud";
 import { Toasts } from "./views/toasts";
 
 export class App {
@@ -143,6 +144,14 @@ export class App {
         await api.onDrop((event) => this.attachments.onDrop(event)),
         ...(await this.settings.listen()),
       );
+      this.unlisteners.push(
+        await api.onOpenConversation((id) => {
+          void this.conversations.refresh();
+          void this.conversations.open(id);
+        }),
+      );
+      await readAloud.start((message) => toasts.show(message));
+      this.unlisteners.push(() => readAloud.stopListening());
     } catch (error) {
       toasts.show(`Live updates are unavailable: ${errorMessage(error)}`);
     }

@@ -12,6 +12,7 @@ mod export;
 mod faster;
 mod machine;
 mod model;
+mod quick_ask;
 mod versions;
 
 #[path = "../../crates/tensor_files.rs"]

@@ -49,7 +49,7 @@ describe("settings", () => {
     expect(footer.contains($("settings-save"))).toBe(true);
     expect(footer.contains($("settings-cancel"))).toBe(true);
     expect($("settings-rule")?.textContent).toBe(
-      "Model, Faster answers and Local API act at once. Save applies the answer settings.",
+      "Model, Faster answers, Local API and Quick ask act at once. Save applies the answer settings.",
     );
     // Save, outside the form, still submits it.
     ($("setting-topK") as HTMLInputElement).value = "20";

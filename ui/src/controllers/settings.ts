@@ -6,6 +6,7 @@ import { el } from "../dom";
 import { FasterPanel } from "../views/faster-answers";
 import { LocalApiPanel } from "../views/local-api";
 import { ModelPanel } from "../views/model-settings";
+import { QuickAskPanel } from "../quick/settings-panel";
 import { SettingsDialog } from "../views/settings";
 import type { StatusBar } from "../views/status-bar";
 import type { ModelController } from "./model";
@@ -50,7 +51,12 @@ export class SettingsController {
       log: () => api.apiLog(),
       copy: (text) => copyText(text),
     });
-    const panels = [modelPanel, this.fasterPanel, this.localApiPanel];
+    const quickAskPanel = new QuickAskPanel({
+      load: () => api.quickAskShortcut(),
+      set: (shortcut) => api.setQuickAskShortcut(shortcut),
+      open: () => api.showQuickAsk(),
+    });
+    const panels = [modelPanel, this.fasterPanel, this.localApiPanel, quickAskPanel];
     this.dialog = new SettingsDialog(
       { load: () => api.getSettings(), save: (settings) => this.save(settings) },
       state.settingsLimits,
@@ -58,7 +64,12 @@ export class SettingsController {
         element: el("div", {}, ...panels.map((panel) => panel.element)),
         refresh: () => {
           modelPanel.refresh();
-          return Promise.all([model.refreshMemory(), this.fasterPanel.refresh(), this.localApiPanel.refresh()]);
+          return Promise.all([
+            model.refreshMemory(),
+            this.fasterPanel.refresh(),
+            this.localApiPanel.refresh(),
+            quickAskPanel.refresh(),
+          ]);
         },
       },
     );

@@ -6,6 +6,7 @@ import { formatDuration, formatInteger, formatMilliseconds, formatRate } from ".
 import { icon } from "../icons";
 import { announce } from "../live";
 import { audioChip } from "./audio-chip";
+import { readAloudButton } from "./read-aloud";
 import { loadMath } from "../markdown/math";
 import { needsMath, renderMarkdown } from "../markdown/render";
 import { splitThinking } from "../markdown/thinking";
@@ -270,6 +271,7 @@ export class MessageView {
       window.setTimeout(() => copy.classList.remove("done"), 1200);
     });
     bar.append(copy);
+    if (role === "assistant") bar.append(readAloudButton(this.message.id, () => this.message.text));
     if (role === "user") {
       const edit = iconButton("Edit and resend", icon("edit"), { "data-testid": "edit", disabled: !this.flags.idle });
       edit.addEventListener("click", () => this.startEditing());
