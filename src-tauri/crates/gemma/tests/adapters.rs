@@ -1,0 +1,403 @@
+//! LoRA/DoRA adapters (`lora.rs`): one changes the logits and taking it off restores the base's
+//! bit for bit; the same adapter in mlx and PEFT layouts gives the same logits; switching needs
+//! no reload; batched rows under an adapter are each what they are alone; bad adapters are
+//! refused in words naming the tensor and leave the adapter that was on. Parity with the
+//! reference is `tests/parity/lora_parity.py`.
+
+mod common;
+
+use std::path::Path;
+
+use common::{write_tensors, Tensors};
+use gemma::{BatchKvCache, KvCache, LoadOptions, Model};
+use mlx_rs::{Array, Dtype};
+use serde_json::json;
+
+const TARGETS: [&str; 9] = [
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    "per_layer_input_gate",
+    "per_layer_projection",
+];
+
+fn load() -> Model {
+    let options = LoadOptions {
+        dtype: Some(Dtype::Float32),
+        ..LoadOptions::default()
+    };
+    Model::load(&common::fixture("tiny"), &options).unwrap()
+}
+
+fn host(a: &Array) -> Vec<f32> {
+    let a = a.as_dtype(Dtype::Float32).unwrap().contiguous().unwrap();
+    a.as_slice::<f32>().to_vec()
+}
+
+/// `(in, out)` of `target` in layer `layer` of `model`.
+fn dims(model: &Model, layer: usize, target: &str) -> Option<(usize, usize)> {
+    let t = &model.config().text;
+    let spec = &model.layers()[layer];
+    let (hidden, q, kv) = (
+        t.hidden_size,
+        t.num_attention_heads * spec.head_dim,
+        t.num_key_value_heads * spec.head_dim,
+    );
+    let per_layer = t.hidden_size_per_layer_input;
+    Some(match target {
+        "self_attn.q_proj" => (hidden, q),
+        "self_attn.k_proj" | "self_attn.v_proj" if spec.owns_kv() => (hidden, kv),
+        "self_attn.k_proj" | "self_attn.v_proj" => return None,
+        "self_attn.o_proj" => (q, hidden),
+        "mlp.gate_proj" | "mlp.up_proj" => (hidden, spec.mlp_width),
+        "mlp.down_proj" => (spec.mlp_width, hidden),
+        "per_layer_input_gate" => (hidden, per_layer),
+        _ => (per_layer, hidden),
+    })
+}
+
+fn f32_tensor(values: &[f32], shape: Vec<usize>) -> (safetensors::Dtype, Vec<usize>, Vec<u8>) {
+    let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    (safetensors::Dtype::F32, shape, bytes)
+}
+
+/// Deterministic pseudo-random values in [-amp, amp].
+fn values(n: usize, seed: u64, amp: f32) -> Vec<f32> {
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 33) as f32 / (1u64 << 31) as f32 * 2.0 - 1.0) * amp
+        })
+        .collect()
+}
+
+/// A random rank-`rank` adapter on every target of every layer, written to `dir` in mlx-vlm's
+/// layout (`peft`: PEFT's, the same factors transposed).
+fn write_adapter(model: &Model, dir: &Path, rank: usize, seed: u64, dora: bool, peft: bool) {
+    std::fs::create_dir_all(dir).unwrap();
+    let scale = 2.0f32;
+    let mut tensors = Tensors::new();
+    for layer in 0..model.layers().len() {
+        for (k, target) in TARGETS.iter().enumerate() {
+            let Some((inp, out)) = dims(model, layer, target) else {
+                continue;
+            };
+            let seed = seed * 1000 + layer as u64 * 10 + k as u64;
+            let a = values(inp * rank, seed, 1.0 / (inp as f32).sqrt());
+            let b = values(rank * out, seed + 7, 0.05);
+            let m = values(out, seed + 9, 0.5)
+                .iter()
+                .map(|v| 1.0 + v)
+                .collect::<Vec<_>>();
+            if peft {
+                let name = format!("base_model.model.model.language_model.layers.{layer}.{target}");
+                let at = transpose(&a, inp, rank);
+                let bt = transpose(&b, rank, out);
+                tensors.insert(
+                    format!("{name}.lora_A.weight"),
+                    f32_tensor(&at, vec![rank, inp]),
+                );
+                tensors.insert(
+                    format!("{name}.lora_B.weight"),
+                    f32_tensor(&bt, vec![out, rank]),
+                );
+                if dora {
+                    tensors.insert(
+                        format!("{name}.lora_magnitude_vector"),
+                        f32_tensor(&m, vec![out]),
+                    );
+                }
+            } else {
+                let name = format!("language_model.model.layers.{layer}.{target}");
+                tensors.insert(format!("{name}.lora_a"), f32_tensor(&a, vec![inp, rank]));
+                tensors.insert(format!("{name}.lora_b"), f32_tensor(&b, vec![rank, out]));
+                if dora {
+                    tensors.insert(format!("{name}.m"), f32_tensor(&m, vec![out]));
+                }
+            }
+        }
+    }
+    let config = if peft {
+        write_tensors(&dir.join("adapter_model.safetensors"), &tensors);
+        json!({"peft_type": "LORA", "r": rank, "lora_alpha": scale * rank as f32,
+               "use_dora": dora, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj",
+               "gate_proj", "up_proj", "down_proj", "per_layer_input_gate", "per_layer_projection"]})
+    } else {
+        write_tensors(&dir.join("adapters.safetensors"), &tensors);
+        json!({"fine_tune_type": if dora { "dora" } else { "lora" }, "num_layers": -1,
+               "lora_parameters": {"rank": rank, "scale": scale, "dropout": 0.0}})
+    };
+    std::fs::write(dir.join("adapter_config.json"), config.to_string()).unwrap();
+}
+
+fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0.0; v.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = v[r * cols + c];
+        }
+    }
+    out
+}
+
+const PROMPT: [u32; 12] = [2, 105, 236, 107, 818, 527, 529, 103, 8, 106, 107, 105];
+
+fn logits(model: &Model) -> Vec<f32> {
+    let mut caches = model.new_caches();
+    host(&model.forward(&PROMPT, &[], &mut caches, None).unwrap())
+}
+
+fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    let diff = a
+        .iter()
+        .zip(b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    diff / b.iter().fold(0.0f32, |m, y| m.max(y.abs())).max(1e-30)
+}
+
+#[test]
+fn an_adapter_changes_the_logits_and_off_restores_the_base_bit_for_bit() {
+    let mut model = load();
+    let work = tempfile::tempdir().unwrap();
+    let base = logits(&model);
+    for dora in [false, true] {
+        let (mlx, peft) = (
+            work.path().join(format!("mlx{dora}")),
+            work.path().join(format!("peft{dora}")),
+        );
+        write_adapter(&model, &mlx, 4, 1, dora, false);
+        write_adapter(&model, &peft, 4, 1, dora, true);
+        let a = model.load_adapter(&mlx).unwrap();
+        assert_eq!(a.info().targets.len(), 9);
+        assert_eq!(a.info().layers.len(), model.layers().len());
+        let p = model.load_adapter(&peft).unwrap();
+        model.set_adapter(Some(a)).unwrap();
+        let with_mlx = logits(&model);
+        assert!(
+            max_rel_diff(&with_mlx, &base) > 1e-2,
+            "the adapter (dora {dora}) barely moves the logits"
+        );
+        model.set_adapter(Some(p)).unwrap();
+        let with_peft = logits(&model);
+        let d = max_rel_diff(&with_peft, &with_mlx);
+        assert!(
+            d < 1e-5,
+            "PEFT and mlx layouts differ by {d:e} (dora {dora})"
+        );
+        assert!(model.set_adapter(None).unwrap().is_some());
+        assert_eq!(logits(&model), base, "off is not the base");
+    }
+}
+
+#[test]
+fn batched_rows_under_an_adapter_are_each_what_they_are_alone() {
+    let mut model = load();
+    let work = tempfile::tempdir().unwrap();
+    write_adapter(&model, work.path(), 16, 3, true, false);
+    let adapter = model.load_adapter(work.path()).unwrap();
+    model.set_adapter(Some(adapter)).unwrap();
+    let prompts: Vec<Vec<u32>> = (0..3u32)
+        .map(|s| {
+            (0..(6 + s * 9))
+                .map(|i| 2 + (i * 37 + s * 101) % 1000)
+                .collect()
+        })
+        .collect();
+    let mut rows: Vec<Vec<KvCache>> = Vec::new();
+    let mut alone: Vec<Vec<KvCache>> = Vec::new();
+    let mut next = Vec::new();
+    for p in &prompts {
+        let mut c = model.new_caches();
+        let l = host(&model.forward(p, &[], &mut c, Some(1)).unwrap());
+        next.push(argmax(&l));
+        rows.push(c.clone());
+        alone.push(c);
+    }
+    let mut kv = BatchKvCache::new();
+    for _ in 0..8 {
+        let ids = Array::from_slice(&next, &[next.len() as i32]);
+        let together = {
+            let mut caches: Vec<&mut [KvCache]> =
+                rows.iter_mut().map(|c| c.as_mut_slice()).collect();
+            host(&model.forward_rows(&ids, &mut caches, &mut kv).unwrap())
+        };
+        let vocab = together.len() / next.len();
+        for (i, id) in next.iter_mut().enumerate() {
+            let one = Array::from_slice(&[*id], &[1]);
+            let solo = host(&model.forward_array(&one, &mut alone[i], Some(1)).unwrap());
+            let row = &together[i * vocab..(i + 1) * vocab];
+            assert_eq!(row, solo.as_slice(), "row {i} differs from its solo step");
+            *id = argmax(&solo);
+        }
+    }
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    v.iter()
+        .enumerate()
+        .fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b })
+        .0 as u32
+}
+
+/// Rewrites the adapter in `dir` (mlx layout) with `edit` applied to its tensors.
+fn edit_tensors(dir: &Path, edit: impl Fn(&mut Tensors)) {
+    let path = dir.join("adapters.safetensors");
+    let mut tensors = common::read_tensors(&path);
+    edit(&mut tensors);
+    write_tensors(&path, &tensors);
+}
+
+#[test]
+fn bad_adapters_are_refused_in_words_and_leave_the_one_that_was_on() {
+    let mut model = load();
+    let work = tempfile::tempdir().unwrap();
+    let good = work.path().join("good");
+    write_adapter(&model, &good, 4, 5, false, false);
+    let on = model.load_adapter(&good).unwrap();
+    model.set_adapter(Some(on)).unwrap();
+    let with_good = logits(&model);
+    let q0 = "language_model.model.layers.0.self_attn.q_proj";
+
+    let case = |name: &str, setup: &dyn Fn(&Path)| -> String {
+        let dir = work.path().join(name);
+        write_adapter(&model, &dir, 4, 5, false, false);
+        setup(&dir);
+        match model.load_adapter(&dir) {
+            Ok(_) => panic!("{name}: accepted"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let nan = case("nan", &|dir| {
+        edit_tensors(dir, |t| {
+            let entry = t.get_mut(&format!("{q0}.lora_b")).unwrap();
+            entry.2[0..4].copy_from_slice(&f32::NAN.to_le_bytes());
+        })
+    });
+    assert!(
+        nan.contains(&format!("{q0}.lora_b")) && nan.contains("non-finite"),
+        "{nan}"
+    );
+
+    let rank = case("rank", &|dir| {
+        let config =
+            json!({"fine_tune_type": "lora", "lora_parameters": {"rank": 8, "scale": 2.0}});
+        std::fs::write(dir.join("adapter_config.json"), config.to_string()).unwrap();
+    });
+    assert!(
+        rank.contains("rank 4") && rank.contains("says rank 8"),
+        "{rank}"
+    );
+
+    let wrong_base = case("base", &|dir| {
+        edit_tensors(dir, |t| {
+            let values = vec![0.1f32; 300 * 4];
+            t.insert(format!("{q0}.lora_a"), f32_tensor(&values, vec![300, 4]));
+        })
+    });
+    assert!(
+        wrong_base.contains(&format!("{q0}.lora_a")) && wrong_base.contains("another base model"),
+        "{wrong_base}"
+    );
+
+    let missing = case("missing", &|dir| {
+        std::fs::remove_file(dir.join("adapters.safetensors")).unwrap();
+    });
+    assert!(missing.contains("adapters.safetensors"), "{missing}");
+
+    let full = case("full", &|dir| {
+        let config = json!({"fine_tune_type": "full", "lora_parameters": {"rank": 4}});
+        std::fs::write(dir.join("adapter_config.json"), config.to_string()).unwrap();
+    });
+    assert!(
+        full.contains("full fine-tune") && full.contains("replaces the base"),
+        "{full}"
+    );
+
+    // A header claiming a 2 GB tensor in a file of a few hundred bytes.
+    let huge = case("huge", &|dir| {
+        let header = json!({format!("{q0}.lora_a"): {"dtype": "F32", "shape": [256, 2_000_000],
+                            "data_offsets": [0, 2_048_000_000u64]}})
+        .to_string();
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend(header.as_bytes());
+        bytes.extend([0u8; 64]);
+        std::fs::write(dir.join("adapters.safetensors"), bytes).unwrap();
+    });
+    assert!(
+        huge.contains("2048000000") || huge.contains("holds 64"),
+        "{huge}"
+    );
+
+    let tower = case("tower", &|dir| {
+        edit_tensors(dir, |t| {
+            t.insert(
+                "vision_tower.encoder.layers.0.self_attn.q_proj.lora_a".into(),
+                f32_tensor(&[0.0; 4], vec![1, 4]),
+            );
+        })
+    });
+    assert!(tower.contains("vision_tower.encoder.layers.0"), "{tower}");
+
+    // Nothing of the refused ones got on: the good adapter still answers.
+    assert_eq!(logits(&model), with_good);
+    assert_eq!(model.adapter().unwrap().dir, good);
+}
+
+#[test]
+fn taps_keep_each_layers_output_without_changing_the_logits() {
+    let model = load();
+    let layers = model.layers().len();
+    let mut caches = model.new_caches();
+    let plain = host(&model.forward(&PROMPT, &[], &mut caches, None).unwrap());
+    let mut taps = gemma::Taps::new(vec![
+        gemma::TapPoint::Layer(0),
+        gemma::TapPoint::Layer(layers - 1),
+        gemma::TapPoint::FinalNorm,
+    ]);
+    let mut caches = model.new_caches();
+    let split = 8;
+    let mut rows = host(
+        &model
+            .forward_tapped(&PROMPT[..split], &mut caches, &mut taps)
+            .unwrap(),
+    );
+    for t in split..PROMPT.len() {
+        rows.extend(host(
+            &model
+                .forward_tapped(&PROMPT[t..t + 1], &mut caches, &mut taps)
+                .unwrap(),
+        ));
+    }
+    let d = max_rel_diff(&rows, &plain);
+    assert!(d < 1e-5, "tapped logits differ by {d:e}");
+    let stacked = taps.stacked().unwrap();
+    let hidden = model.config().text.hidden_size as i32;
+    assert_eq!(stacked.shape(), [3, PROMPT.len() as i32, hidden]);
+    // The final-norm state is what the head reads: it has unit RMS up to the norm's weight,
+    // unlike the residual stream.
+    let h = host(&stacked);
+    let n = h.len() / 3;
+    assert_ne!(&h[..n], &h[2 * n..]);
+    let mut out_of_range = model.new_caches();
+    let err = model
+        .forward_tapped(
+            &PROMPT,
+            &mut out_of_range,
+            &mut gemma::Taps::new(vec![gemma::TapPoint::Layer(layers)]),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("layer {layers} cannot be tapped")),
+        "{err}"
+    );
+}
