@@ -692,14 +692,25 @@ fn serve(args: &ServeArgs) -> Result<()> {
             },
         )
         .with_context(|| format!("loading {}", args.model.display()))?;
-    let folder = args
-        .model
-        .canonicalize()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_default();
+    let folder_name = |dir: &Path| {
+        dir.canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_default()
+    };
+    let folder = folder_name(&args.model);
+    // With an adapter the server answers as `base:adapter` (docs/ADAPTERS.md), never as the
+    // plain base it does not serve.
+    let id = match &args.adapter {
+        Some(adapter) => format!(
+            "{}:{}",
+            ServedModel::id_from_folder_name(&folder),
+            ServedModel::id_from_folder_name(&folder_name(adapter))
+        ),
+        None => ServedModel::id_from_folder_name(&folder),
+    };
     let model = ServedModel {
-        id: ServedModel::id_from_folder_name(&folder),
+        id,
         aliases: Vec::new(),
         vision: info.vision,
         audio: info.audio,
