@@ -79,6 +79,63 @@ fn an_adapter_changes_the_logits_and_off_restores_the_base_bit_for_bit() {
 }
 
 #[test]
+fn the_legacy_mlx_layout_and_bfloat16_factors_read_as_the_same_adapter() {
+    let mut model = load();
+    let work = tempfile::tempdir().unwrap();
+    let mlx = work.path().join("mlx");
+    write_adapter(&model, &mlx, 4, 2, false, false);
+    let a = model.load_adapter(&mlx).unwrap();
+    model.set_adapter(Some(a)).unwrap();
+    let reference = logits(&model);
+
+    // mlx-vlm's legacy form: `A`/`B` and `alpha` (scale = alpha / rank).
+    let legacy = work.path().join("legacy");
+    std::fs::create_dir_all(&legacy).unwrap();
+    let tensors: Tensors = common::read_tensors(&mlx.join("adapters.safetensors"))
+        .into_iter()
+        .map(|(name, t)| {
+            let name = name.replace(".lora_a", ".A").replace(".lora_b", ".B");
+            (name, t)
+        })
+        .collect();
+    write_tensors(&legacy.join("adapters.safetensors"), &tensors);
+    let config = json!({"rank": 4, "alpha": 8.0, "dropout": 0.1});
+    std::fs::write(legacy.join("adapter_config.json"), config.to_string()).unwrap();
+    let l = model.load_adapter(&legacy).unwrap();
+    assert_eq!(l.info().format, gemma::lora::Format::MlxLegacy);
+    assert_eq!(l.info().scale, 2.0);
+    model.set_adapter(Some(l)).unwrap();
+    let d = max_rel_diff(&logits(&model), &reference);
+    assert!(d < 1e-6, "legacy layout differs by {d:e}");
+
+    // The same factors stored as bfloat16 (their rounding only).
+    let half = work.path().join("bf16");
+    std::fs::create_dir_all(&half).unwrap();
+    let tensors: Tensors = common::read_tensors(&mlx.join("adapters.safetensors"))
+        .into_iter()
+        .map(|(name, (_, shape, bytes))| {
+            let bf16: Vec<u8> = bytes
+                .chunks_exact(4)
+                .flat_map(|c| {
+                    half::bf16::from_f32(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes()
+                })
+                .collect();
+            (name, (safetensors::Dtype::BF16, shape, bf16))
+        })
+        .collect();
+    write_tensors(&half.join("adapters.safetensors"), &tensors);
+    std::fs::copy(
+        mlx.join("adapter_config.json"),
+        half.join("adapter_config.json"),
+    )
+    .unwrap();
+    let h = model.load_adapter(&half).unwrap();
+    model.set_adapter(Some(h)).unwrap();
+    let d = max_rel_diff(&logits(&model), &reference);
+    assert!(d > 0.0 && d < 2e-2, "bfloat16 factors differ by {d:e}");
+}
+
+#[test]
 fn batched_rows_under_an_adapter_are_each_what_they_are_alone() {
     let mut model = load();
     let work = tempfile::tempdir().unwrap();
