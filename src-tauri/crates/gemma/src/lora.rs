@@ -317,7 +317,10 @@ pub(crate) fn load(
         };
         if settings.format == Format::Peft {
             if let Some(modules) = &settings.target_modules {
-                if !modules.iter().any(|m| m == target.name()) {
+                // A suffix (`q_proj`) or a longer name ending in one (`self_attn.q_proj`).
+                let listed =
+                    |m: &String| m == target.name() || m.ends_with(&format!(".{}", target.name()));
+                if !modules.iter().any(listed) {
                     problems.push(format!(
                         "tensor {name} targets {}, which adapter_config.json's target_modules \
                          does not list",

@@ -284,6 +284,19 @@ fn bad_adapters_are_refused_in_words_and_leave_the_one_that_was_on() {
     });
     assert!(tower.contains("vision_tower.encoder.layers.0"), "{tower}");
 
+    // PEFT: a factor of a module its config's target_modules does not list.
+    let peft = work.path().join("peft");
+    write_adapter(&model, &peft, 4, 5, false, true);
+    let config = json!({"peft_type": "LORA", "r": 4, "lora_alpha": 8,
+                        "target_modules": ["self_attn.q_proj", "k_proj", "v_proj", "o_proj"]});
+    std::fs::write(peft.join("adapter_config.json"), config.to_string()).unwrap();
+    let unlisted = model.load_adapter(&peft).err().unwrap().to_string();
+    assert!(
+        unlisted.contains("mlp.gate_proj.lora_A.weight") && unlisted.contains("target_modules"),
+        "{unlisted}"
+    );
+    assert!(!unlisted.contains("q_proj"), "{unlisted}");
+
     // Nothing of the refused ones got on: the good adapter still answers.
     assert_eq!(logits(&model), with_good);
     assert_eq!(model.adapter().unwrap().dir, good);
