@@ -141,6 +141,8 @@ test-parity: fixtures build-all
 	$(PYENV)/bin/python tests/parity/mtp_parity.py --cli $(CLI) --model $(FIXTURES)/tiny --drafter $(FIXTURES)/tiny-assistant
 	$(PYENV)/bin/python tests/parity/audio_features_parity.py --features target/debug/examples/audio_features
 	$(PYENV)/bin/python tests/parity/audio_parity.py --cli $(CLI) --model $(FIXTURES)/tiny
+	$(PYENV)/bin/python tests/parity/lora_parity.py --cli $(CLI) --fixtures $(FIXTURES)
+	$(PYENV)/bin/python tests/parity/hidden_parity.py --cli $(CLI) --model $(FIXTURES)/tiny
 
 # The local API through clients nobody here wrote: the official `openai` Python SDK and
 # `langchain-openai` (tests/requirements.txt), and the official `openai` Node SDK

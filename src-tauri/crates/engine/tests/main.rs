@@ -9,6 +9,8 @@
 // helpers per file, and a file moves between here and a `[[test]]` of its own unchanged.
 #![allow(clippy::duplicate_mod)]
 
+#[path = "adapters.rs"]
+mod adapters;
 #[path = "audio.rs"]
 mod audio;
 #[path = "audio_input.rs"]

@@ -11,6 +11,7 @@ use crate::config::TextConfig;
 use crate::error::{Error, Result};
 use crate::kv::{Mask, Offsets, StepKv};
 use crate::layers::{LayerSpec, Rope};
+use crate::lora::{LayerAdapter, Target};
 use crate::quant::{Linear, SideBySide};
 use crate::tuning::DecodeAttention;
 use crate::weights::Weights;
@@ -109,9 +110,16 @@ impl Attention {
     /// run once for every row; `kv` writes every row's new keys and values into its cache (or
     /// hands back what the producer layer attended) and gives the rows' positions and masks;
     /// each group of rows that attends together (see [`crate::kv::Attended`]) attends once.
-    /// Each row's output is exactly what it would be alone.
-    pub fn forward(&self, x: &Array, kv: &mut StepKv<'_, '_>) -> Result<Array> {
-        let (joined, projected) = self.project(x, self.spec.owns_kv())?;
+    /// Each row's output is exactly what it would be alone. `adapter`: the layer's updates of
+    /// its projections, if an adapter is on.
+    pub fn forward(
+        &self,
+        x: &Array,
+        kv: &mut StepKv<'_, '_>,
+        adapter: Option<&LayerAdapter>,
+    ) -> Result<Array> {
+        let qkv = adapter.and_then(|a| a.qkv.as_ref());
+        let (joined, projected) = self.project(x, self.spec.owns_kv(), qkv)?;
         let (queries, new_kv) = self.heads(joined.as_ref(), &projected, &kv.offsets())?;
         let attended = kv.update_and_fetch(&self.spec, new_kv)?;
         let mask = kv.mask(self.spec.kind);
@@ -134,19 +142,37 @@ impl Attention {
             1 => outs.swap_remove(0),
             _ => concatenate(&outs, 0)?,
         };
-        self.o_proj.forward(&out)
+        self.o_proj
+            .forward_with(&out, adapter.and_then(|a| a.o.as_ref()))
+    }
+
+    /// The dense weight of projection `target` (for DoRA's norms); `None` for one the layer
+    /// does not run.
+    pub fn base_weight(&self, target: Target) -> Result<Option<Array>> {
+        match target {
+            Target::QProj => self.qkv_proj.part_weight(0),
+            Target::KProj if self.spec.owns_kv() => self.qkv_proj.part_weight(1),
+            Target::VProj if self.spec.owns_kv() => self.qkv_proj.part_weight(2),
+            Target::OProj => Ok(Some(self.o_proj.dense_weight()?)),
+            _ => Ok(None),
+        }
     }
 
     /// The q|k|v projection of `x`: fused (`joined`) where the layer owns its K/V (`owns`) and
     /// has the fused head scales, else the separate projections.
-    fn project(&self, x: &Array, owns: bool) -> Result<(Option<Array>, Vec<Array>)> {
+    fn project(
+        &self,
+        x: &Array,
+        owns: bool,
+        delta: Option<&crate::lora::Delta>,
+    ) -> Result<(Option<Array>, Vec<Array>)> {
         let joined = match &self.head_scales {
-            Some(_) if owns => self.qkv_proj.forward_joined(x)?,
+            Some(_) if owns => self.qkv_proj.forward_joined_with(x, delta)?,
             _ => None,
         };
         let projected = match joined {
             Some(_) => Vec::new(),
-            None => self.qkv_proj.forward(x)?,
+            None => self.qkv_proj.forward_with(x, delta)?,
         };
         Ok((joined, projected))
     }

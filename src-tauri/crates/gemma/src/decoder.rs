@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::fused::{add_scaled, geglu};
 use crate::kv::StepKv;
 use crate::layers::LayerSpec;
+use crate::lora::{LayerAdapter, Target};
 use crate::quant::{Linear, SideBySide};
 use crate::weights::Weights;
 
@@ -38,14 +39,17 @@ impl Mlp {
     }
 
     /// `down_proj(gelu(gate_proj(x)) · up_proj(x))`.
-    fn forward(&self, x: &Array) -> Result<Array> {
-        let gate_up = self.gate_up_proj.forward(x)?;
+    fn forward(&self, x: &Array, adapter: Option<&LayerAdapter>) -> Result<Array> {
+        let gate_up = self
+            .gate_up_proj
+            .forward_with(x, adapter.and_then(|a| a.gate_up.as_ref()))?;
         let [gate, up] = gate_up.as_slice() else {
             return Err(Error::Input(
                 "the MLP needs a gate and an up projection".into(),
             ));
         };
-        self.down_proj.forward(&geglu(gate, up)?)
+        self.down_proj
+            .forward_with(&geglu(gate, up)?, adapter.and_then(|a| a.down.as_ref()))
     }
 }
 
@@ -82,10 +86,22 @@ impl PerLayerInput {
     }
 
     /// `norm(per_layer_projection(gelu(per_layer_input_gate(h)) · input))`, to add to `h`.
-    fn forward(&self, h: &Array, input: &Array, eps: f32) -> Result<Array> {
-        let gated = geglu(&self.per_layer_input_gate.forward(h)?, input)?;
+    fn forward(
+        &self,
+        h: &Array,
+        input: &Array,
+        eps: f32,
+        adapter: Option<&LayerAdapter>,
+    ) -> Result<Array> {
+        let gate = self
+            .per_layer_input_gate
+            .forward_with(h, adapter.and_then(|a| a.per_layer_input_gate.as_ref()))?;
+        let gated = geglu(&gate, input)?;
         Ok(fast::rms_norm(
-            &self.per_layer_projection.forward(&gated)?,
+            &self.per_layer_projection.forward_with(
+                &gated,
+                adapter.and_then(|a| a.per_layer_projection.as_ref()),
+            )?,
             Some(&self.post_per_layer_input_norm),
             eps,
         )?)
@@ -135,6 +151,27 @@ impl DecoderLayer {
         })
     }
 
+    /// The dense weight `[out, in]` of projection `target` (for DoRA's norms); `None` for one
+    /// the layer does not run.
+    pub fn base_weight(&self, target: Target) -> Result<Option<Array>> {
+        Ok(match target {
+            Target::GateProj => self.mlp.gate_up_proj.part_weight(0)?,
+            Target::UpProj => self.mlp.gate_up_proj.part_weight(1)?,
+            Target::DownProj => Some(self.mlp.down_proj.dense_weight()?),
+            Target::PerLayerInputGate => self
+                .per_layer_input
+                .as_ref()
+                .map(|p| p.per_layer_input_gate.dense_weight())
+                .transpose()?,
+            Target::PerLayerProjection => self
+                .per_layer_input
+                .as_ref()
+                .map(|p| p.per_layer_projection.dense_weight())
+                .transpose()?,
+            _ => self.self_attn.base_weight(target)?,
+        })
+    }
+
     /// The weight arrays (to evaluate them at load).
     pub fn arrays(&self) -> Vec<&Array> {
         let mut out = self.self_attn.arrays();
@@ -154,30 +191,32 @@ impl DecoderLayer {
 
     /// The layer over `x` (`[rows, T, hidden]`), its keys and values through `kv` (see
     /// [`Attention::forward`]), its share of the per-layer inputs `per_layer_input`
-    /// (`[rows, T, width]`): the new hidden state.
+    /// (`[rows, T, width]`), an adapter's updates of its projections (`adapter`): the new
+    /// hidden state.
     pub fn forward(
         &self,
         x: &Array,
         kv: &mut StepKv<'_, '_>,
         per_layer_input: Option<&Array>,
+        adapter: Option<&LayerAdapter>,
     ) -> Result<Array> {
         let eps = self.eps;
         let normed = fast::rms_norm(x, Some(&self.input_layernorm), eps)?;
-        let attn = self.self_attn.forward(&normed, kv)?;
+        let attn = self.self_attn.forward(&normed, kv, adapter)?;
         let h = x.add(fast::rms_norm(
             &attn,
             Some(&self.post_attention_layernorm),
             eps,
         )?)?;
         let normed = fast::rms_norm(&h, Some(&self.pre_feedforward_layernorm), eps)?;
-        let mlp = self.mlp.forward(&normed)?;
+        let mlp = self.mlp.forward(&normed, adapter)?;
         let h = h.add(fast::rms_norm(
             &mlp,
             Some(&self.post_feedforward_layernorm),
             eps,
         )?)?;
         if let (Some(block), Some(input)) = (&self.per_layer_input, per_layer_input) {
-            let residual = block.forward(&h, input, eps)?;
+            let residual = block.forward(&h, input, eps, adapter)?;
             return add_scaled(&h, &residual, &self.layer_scalar);
         }
         Ok(h.multiply(&self.layer_scalar)?)

@@ -238,7 +238,7 @@ impl Drafter {
         let mut h = self.pre_projection.forward(&x)?;
         let mut donors = StepKv::donors(kv.sliding.clone(), kv.full.clone(), position);
         for layer in &self.layers {
-            h = layer.forward(&h, &mut donors, None)?;
+            h = layer.forward(&h, &mut donors, None, None)?;
         }
         let hn = fast::rms_norm(&h, Some(&self.norm), self.eps)?;
         let next = self.post_projection.forward(&hn)?;

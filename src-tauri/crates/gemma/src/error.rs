@@ -24,6 +24,10 @@ pub enum Error {
     /// The checkpoint's tensors do not match what the config describes.
     #[error("the checkpoint's tensors do not match its config:\n{0}")]
     Tensors(String),
+    /// An adapter folder is malformed or does not fit the loaded model (every problem, each
+    /// naming its tensor).
+    #[error("adapter {path}: {message}")]
+    Adapter { path: PathBuf, message: String },
     /// Bad input to a forward pass (the caller's mistake, reported in words).
     #[error("{0}")]
     Input(String),

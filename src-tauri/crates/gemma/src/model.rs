@@ -11,6 +11,8 @@ use crate::cache::KvCache;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::layers::{layer_table, KvSource, LayerSpec};
+use crate::lora::{Adapter, AdapterInfo};
+use crate::taps::Taps;
 use crate::text::{MediaFeatures, TextModel};
 use crate::tuning::Tuning;
 use crate::vision::VisionTower;
@@ -29,6 +31,8 @@ pub struct LoadOptions {
     /// Keep the per-layer token table in MLX memory instead of reading its rows from the
     /// checkpoint file per forward (`ple.rs`).
     pub ple_resident: bool,
+    /// An adapter folder to put on after the load (see [`Model::load_adapter`]).
+    pub adapter: Option<PathBuf>,
 }
 
 /// A loaded Gemma 4 model: the text model in MLX memory; the vision and audio towers checked
@@ -113,13 +117,53 @@ impl Model {
         // so that the first request pays no loading and no source copy of a cast weight stays
         // alive.
         eval(text.arrays())?;
-        Ok(Self {
+        let mut model = Self {
             config,
             table,
             text,
             towers,
             tuning: options.tuning,
-        })
+        };
+        if let Some(dir) = &options.adapter {
+            let adapter = model.load_adapter(dir)?;
+            model.set_adapter(Some(adapter))?;
+        }
+        Ok(model)
+    }
+
+    /// Reads the adapter in `dir` (mlx-lm / mlx-vlm or PEFT; `docs/ADAPTERS.md`) and checks it
+    /// against this model: every problem in one error, each naming its tensor. It is not put
+    /// on: see [`Self::set_adapter`]. Several may be kept and switched without a reload.
+    pub fn load_adapter(&self, dir: &Path) -> Result<Adapter> {
+        let base_weight =
+            |layer: usize, target: crate::lora::Target| self.text.base_weight(layer, target);
+        crate::lora::load(
+            dir,
+            &self.config.text,
+            &self.table,
+            self.text.dtype(),
+            &base_weight,
+        )
+    }
+
+    /// Puts `adapter` on from the next forward (prefill, decode, verify and batched rows alike:
+    /// every row of a forward runs under it), or takes it off with `None`; returns the one it
+    /// replaces. Refused for an adapter checked against another model.
+    pub fn set_adapter(&mut self, adapter: Option<Adapter>) -> Result<Option<Adapter>> {
+        if let Some(a) = &adapter {
+            if !a.fits(&self.config.text) {
+                return Err(Error::Adapter {
+                    path: a.info().dir.clone(),
+                    message: "was checked against another base model".into(),
+                });
+            }
+        }
+        Ok(self.text.set_adapter(adapter))
+    }
+
+    /// The adapter on, if any.
+    pub fn adapter(&self) -> Option<&AdapterInfo> {
+        self.text.adapter().map(Adapter::info)
     }
 
     /// Whether the checkpoint has a vision tower (checked at load; see [`Self::load_vision`]).
@@ -288,6 +332,24 @@ impl Model {
         let h = self.text.forward_normed(ids, &[], caches, None, false)?;
         let logits = self.text.head(&h)?;
         Ok((h, logits))
+    }
+
+    /// [`Self::forward`] over every position (no media) keeping the hidden states `taps` asks
+    /// for: logits `[T, vocab]`, the same as without taps. A prefill, a decode step and a
+    /// verify are all this forward, so `taps` sees whichever ran (see [`Taps::stacked`]).
+    pub fn forward_tapped(
+        &self,
+        ids: &[u32],
+        caches: &mut [KvCache],
+        taps: &mut Taps,
+    ) -> Result<Array> {
+        self.check_ids(ids, &[])?;
+        let placeholders = self.text.has_placeholders(ids);
+        let ids = Array::from_slice(ids, &[ids.len() as i32]);
+        let h =
+            self.text
+                .forward_normed_tapped(&ids, &[], caches, None, placeholders, Some(taps))?;
+        self.text.head(&h)
     }
 
     /// One decode step of several sequences at once (continuous batching): `ids` `[n]` holds

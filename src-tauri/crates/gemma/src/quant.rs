@@ -10,6 +10,7 @@ use mlx_rs::{with_stream, Array, Device, Stream};
 
 use crate::config::QuantSpec;
 use crate::error::Result;
+use crate::lora::Delta;
 use crate::tuning::LinearKernels;
 use crate::weights::{DtypeClass, Weights};
 
@@ -105,6 +106,29 @@ impl Linear {
                 biases,
                 ..
             } => vec![weight, scales, biases],
+        }
+    }
+
+    /// The weight as a dense `[out, in]` matrix (dequantized when stored quantized).
+    pub fn dense_weight(&self) -> Result<Array> {
+        Ok(match self {
+            Linear::Dense { weight } => weight.clone(),
+            Linear::Quantized {
+                weight,
+                scales,
+                biases,
+                spec,
+                ..
+            } => dequantize(weight, scales, biases, spec.group_size, spec.bits)?,
+        })
+    }
+
+    /// [`Self::forward`] with an adapter's update of this layer, when it has one.
+    pub(crate) fn forward_with(&self, x: &Array, delta: Option<&Delta>) -> Result<Array> {
+        let y = self.forward(x)?;
+        match delta {
+            Some(delta) => delta.apply(x, &y),
+            None => Ok(y),
         }
     }
 
@@ -294,6 +318,69 @@ impl SideBySide {
                 Ok(linear.forward(x)?.split_at_indices(splits, -1)?)
             }
             SideBySide::Separate(parts) => parts.iter().map(|l| l.forward(x)).collect(),
+        }
+    }
+
+    /// [`Self::forward_joined`] with an adapter's update of the group (over every output).
+    pub(crate) fn forward_joined_with(
+        &self,
+        x: &Array,
+        delta: Option<&Delta>,
+    ) -> Result<Option<Array>> {
+        match (self.forward_joined(x)?, delta) {
+            (Some(y), Some(delta)) => Ok(Some(delta.apply(x, &y)?)),
+            (joined, _) => Ok(joined),
+        }
+    }
+
+    /// [`Self::forward`] with an adapter's update of the group: applied to the outputs side by
+    /// side, then split.
+    pub(crate) fn forward_with(&self, x: &Array, delta: Option<&Delta>) -> Result<Vec<Array>> {
+        let Some(delta) = delta else {
+            return self.forward(x);
+        };
+        let (joined, splits) = match self {
+            SideBySide::Fused { linear, splits } => (linear.forward(x)?, splits.clone()),
+            SideBySide::Separate(parts) => {
+                let outs = parts
+                    .iter()
+                    .map(|l| l.forward(x))
+                    .collect::<Result<Vec<_>>>()?;
+                let splits = outs
+                    .iter()
+                    .take(outs.len().saturating_sub(1))
+                    .scan(0, |end, y| {
+                        *end += y.shape()[y.ndim() - 1];
+                        Some(*end)
+                    })
+                    .collect();
+                (concatenate(&outs, -1)?, splits)
+            }
+        };
+        let y = delta.apply(x, &joined)?;
+        Ok(match splits.is_empty() {
+            true => vec![y],
+            false => y.split_at_indices(&splits, -1)?,
+        })
+    }
+
+    /// Part `index`'s weight as a dense `[out, in]` matrix.
+    pub fn part_weight(&self, index: usize) -> Result<Option<Array>> {
+        match self {
+            SideBySide::Fused { linear, splits } => {
+                let weight = linear.dense_weight()?;
+                let rows = weight.shape()[0];
+                let start = match index {
+                    0 => 0,
+                    i => match splits.get(i - 1) {
+                        Some(&s) => s,
+                        None => return Ok(None),
+                    },
+                };
+                let end = splits.get(index).copied().unwrap_or(rows);
+                Ok(Some(weight.index(start..end)))
+            }
+            SideBySide::Separate(parts) => parts.get(index).map(Linear::dense_weight).transpose(),
         }
     }
 

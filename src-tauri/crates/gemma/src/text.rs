@@ -15,8 +15,10 @@ use crate::error::{Error, Result};
 use crate::fused::softcap;
 use crate::kv::StepKv;
 use crate::layers::LayerSpec;
+use crate::lora::{Adapter, Target};
 use crate::ple::PleTable;
 use crate::quant::{Embedding, Linear};
+use crate::taps::{TapPoint, Taps};
 use crate::weights::Weights;
 
 /// A scalar in the activation dtype (as Python's weak float scalars behave in mlx-vlm).
@@ -88,6 +90,8 @@ pub struct TextModel {
     first_shared: usize,
     pad_token_id: u32,
     placeholder_ids: Vec<u32>,
+    /// The adapter every forward applies, if one is on (`lora.rs`).
+    adapter: Option<Adapter>,
 }
 
 impl TextModel {
@@ -143,6 +147,7 @@ impl TextModel {
         .flatten()
         .collect();
         Ok(Self {
+            adapter: None,
             config: text.clone(),
             dtype: root.dtype(),
             scales: Scales::new(text, root.dtype())?,
@@ -246,6 +251,23 @@ impl TextModel {
         keep: Option<usize>,
         placeholders: bool,
     ) -> Result<Array> {
+        self.forward_normed_tapped(ids, media, caches, keep, placeholders, None)
+    }
+
+    /// [`Self::forward_normed`] keeping the hidden states `taps` asks for (every position:
+    /// `keep` must then be `None`).
+    pub fn forward_normed_tapped(
+        &self,
+        ids: &Array,
+        media: &[MediaFeatures<'_>],
+        caches: &mut [KvCache],
+        keep: Option<usize>,
+        placeholders: bool,
+        mut taps: Option<&mut Taps>,
+    ) -> Result<Array> {
+        if let Some(t) = taps.as_deref() {
+            t.check(self.layers.len())?;
+        }
         let len = ids.size();
         if len == 0 {
             return Err(Error::Input("no tokens to process".into()));
@@ -267,8 +289,12 @@ impl TextModel {
         };
 
         let mut kv = StepKv::one(caches, offset, full_mask, sliding_mask, self.layers.len());
-        let h = self.layers(h, per_layer_inputs, &mut kv, keep)?;
+        let keep = if taps.is_some() { None } else { keep };
+        let h = self.layers(h, per_layer_inputs, &mut kv, keep, taps.as_deref_mut())?;
         let h = fast::rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?;
+        if let Some(t) = taps {
+            t.offer(TapPoint::FinalNorm, &h);
+        }
         let rows = h.shape()[1];
         Ok(h.reshape(&[rows, -1])?)
     }
@@ -301,14 +327,14 @@ impl TextModel {
                 let step = batch.begin(&positions)?;
                 let (h, per_layer_inputs) = self.decode_inputs(ids)?;
                 let mut kv = StepKv::batch(batch, step, &positions, layers);
-                let h = self.layers(h, per_layer_inputs, &mut kv, None)?;
+                let h = self.layers(h, per_layer_inputs, &mut kv, None, None)?;
                 batch.finish(caches)?;
                 h
             }
             None => {
                 let (h, per_layer_inputs) = self.decode_inputs(ids)?;
                 let mut kv = StepKv::rows(caches, &positions, layers);
-                self.layers(h, per_layer_inputs, &mut kv, None)?
+                self.layers(h, per_layer_inputs, &mut kv, None, None)?
             }
         };
         let h = fast::rms_norm(&h, Some(&self.norm), self.config.rms_norm_eps)?;
@@ -320,12 +346,14 @@ impl TextModel {
     /// (`[rows, T, layers, width]`) taken layer by layer, the keys and values through `kv`.
     /// Layers from the first KV-shared one on write no cache: when only the last `keep`
     /// positions are needed, they run on those positions alone, which are all it returns.
+    /// `taps`: layer outputs to keep.
     fn layers(
         &self,
         mut h: Array,
         per_layer_inputs: Option<Array>,
         kv: &mut StepKv<'_, '_>,
         keep: Option<usize>,
+        mut taps: Option<&mut Taps>,
     ) -> Result<Array> {
         let len = h.shape()[1] as usize;
         let keep = keep.filter(|&k| k > 0 && k < len);
@@ -339,7 +367,11 @@ impl TextModel {
             let per_layer_input = per_layer_inputs
                 .as_ref()
                 .map(|inputs| inputs.index((.., skip as i32.., i as i32, ..)));
-            h = layer.forward(&h, kv, per_layer_input.as_ref())?;
+            let adapter = self.adapter.as_ref().and_then(|a| a.layer(i));
+            h = layer.forward(&h, kv, per_layer_input.as_ref(), adapter)?;
+            if let Some(t) = taps.as_deref_mut() {
+                t.offer(TapPoint::Layer(i), &h);
+            }
         }
         if let (Some(k), 0) = (keep, skip) {
             h = h.index((.., (len - k) as i32.., ..));
@@ -361,6 +393,25 @@ impl TextModel {
             })
             .transpose()?;
         Ok((h, per_layer_inputs))
+    }
+
+    /// Puts `adapter` on (or takes it off with `None`) from the next forward; returns the one
+    /// it replaces. The base weights are untouched.
+    pub fn set_adapter(&mut self, adapter: Option<Adapter>) -> Option<Adapter> {
+        std::mem::replace(&mut self.adapter, adapter)
+    }
+
+    /// The adapter on, if any.
+    pub fn adapter(&self) -> Option<&Adapter> {
+        self.adapter.as_ref()
+    }
+
+    /// The dense weight `[out, in]` of layer `layer`'s projection `target`, if it runs one.
+    pub fn base_weight(&self, layer: usize, target: Target) -> Result<Option<Array>> {
+        match self.layers.get(layer) {
+            Some(l) => l.base_weight(target),
+            None => Ok(None),
+        }
     }
 
     /// Logits `[rows, vocab]` of final-normed hidden states `[rows, hidden]`: the tied head and

@@ -185,7 +185,7 @@ fn kv_quantization_follows_kv_config_and_stays_close_to_the_plain_cache() {
         &dir,
         &LoadOptions {
             kv_quantization: false,
-            ..options
+            ..options.clone()
         },
     )
     .unwrap();

@@ -18,7 +18,7 @@ use engine::sampler::SamplerConfig;
 use engine::speculative::SpeculativeOptions;
 use engine::stream::{placeholder_runs, Session, StreamRequest};
 use engine::template::{Message, Part, Role};
-use gemma::{LoadOptions, MediaFeatures, Model};
+use gemma::{LoadOptions, MediaFeatures, Model, TapPoint, Taps};
 use mlx_rs::ops::indexing::IndexOp;
 use mlx_rs::{Array, Dtype};
 
@@ -87,6 +87,9 @@ struct SamplingArgs {
     /// of an answer when it does not pay).
     #[arg(long, requires = "draft_model")]
     draft_always: bool,
+    /// A LoRA/DoRA adapter folder (mlx-lm, mlx-vlm or PEFT) to answer with (docs/ADAPTERS.md).
+    #[arg(long)]
+    adapter: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -148,6 +151,44 @@ enum Command {
         /// Quantize the KV cache as the checkpoint's kv_config.json says (OptiQ).
         #[arg(long)]
         kv_quantization: bool,
+        /// A LoRA/DoRA adapter folder (mlx-lm, mlx-vlm or PEFT) applied over the model.
+        #[arg(long)]
+        adapter: Option<PathBuf>,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Hidden states of a token list (or a prompt's ids) after the chosen decoder layers, and
+    /// after the final norm with --final-norm: float32 safetensors tensor `hidden`
+    /// [points, T, hidden].
+    Hidden {
+        #[arg(long)]
+        model: PathBuf,
+        /// Comma-separated token ids.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            required_unless_present = "prompt",
+            conflicts_with = "prompt"
+        )]
+        tokens: Vec<u32>,
+        /// Text whose ids (as the tokenizer makes them, no template) are fed instead.
+        #[arg(long)]
+        prompt: Option<String>,
+        /// Comma-separated layer indices (0-based), in output order.
+        #[arg(long, value_delimiter = ',', required_unless_present = "final_norm")]
+        layers: Vec<usize>,
+        /// Also (last) the state after the final norm, which the head reads.
+        #[arg(long)]
+        final_norm: bool,
+        /// Prefill only the first N tokens, then one token per forward (the decode path).
+        #[arg(long)]
+        prefill: Option<usize>,
+        /// Compute dtype (default: the checkpoint's).
+        #[arg(long, value_enum)]
+        dtype: Option<DtypeArg>,
+        /// A LoRA/DoRA adapter folder applied over the model.
+        #[arg(long)]
+        adapter: Option<PathBuf>,
         #[arg(long)]
         out: PathBuf,
     },
@@ -193,6 +234,9 @@ struct ServeArgs {
     /// Compute dtype (default: the checkpoint's).
     #[arg(long, value_enum)]
     dtype: Option<DtypeArg>,
+    /// A LoRA/DoRA adapter folder (mlx-lm, mlx-vlm or PEFT) every answer uses.
+    #[arg(long)]
+    adapter: Option<PathBuf>,
 }
 
 fn main() {
@@ -227,9 +271,10 @@ fn run(cli: Cli) -> Result<()> {
             max_soft_tokens,
             audio,
             kv_quantization,
+            adapter,
             out,
         } => logits(
-            &model,
+            (&model, adapter.as_deref()),
             &tokens,
             dtype,
             all_positions,
@@ -239,7 +284,59 @@ fn run(cli: Cli) -> Result<()> {
             kv_quantization,
             &out,
         ),
+        Command::Hidden {
+            model,
+            tokens,
+            prompt,
+            layers,
+            final_norm,
+            prefill,
+            dtype,
+            adapter,
+            out,
+        } => hidden(
+            (&model, adapter.as_deref(), dtype),
+            (&tokens, prompt.as_deref()),
+            &layers,
+            final_norm,
+            prefill,
+            &out,
+        ),
     }
+}
+
+/// The `hidden` command: see [`Command::Hidden`].
+fn hidden(
+    (dir, adapter, dtype): (&Path, Option<&Path>, Option<DtypeArg>),
+    (tokens, prompt): (&[u32], Option<&str>),
+    layers: &[usize],
+    final_norm: bool,
+    prefill: Option<usize>,
+    out: &Path,
+) -> Result<()> {
+    let model = load(dir, dtype, false, adapter)?;
+    let ids = match prompt {
+        Some(text) => engine::tokenizer::Tokenizer::load(dir)?.encode(text)?,
+        None => tokens.to_vec(),
+    };
+    if ids.is_empty() {
+        bail!("no tokens to read hidden states of");
+    }
+    let split = prefill.unwrap_or(ids.len());
+    if !(1..=ids.len()).contains(&split) {
+        bail!("--prefill must be between 1 and {}", ids.len());
+    }
+    let mut points: Vec<TapPoint> = layers.iter().map(|&l| TapPoint::Layer(l)).collect();
+    if final_norm {
+        points.push(TapPoint::FinalNorm);
+    }
+    let mut taps = Taps::new(points);
+    let mut caches = model.new_caches();
+    model.forward_tapped(&ids[..split], &mut caches, &mut taps)?;
+    for t in split..ids.len() {
+        model.forward_tapped(&ids[t..t + 1], &mut caches, &mut taps)?;
+    }
+    write_f32(out, "hidden", &taps.stacked()?)
 }
 
 fn dtype_of(dtype: Option<DtypeArg>) -> Option<Dtype> {
@@ -249,12 +346,18 @@ fn dtype_of(dtype: Option<DtypeArg>) -> Option<Dtype> {
     })
 }
 
-fn load(dir: &Path, dtype: Option<DtypeArg>, kv_quantization: bool) -> Result<Model> {
+fn load(
+    dir: &Path,
+    dtype: Option<DtypeArg>,
+    kv_quantization: bool,
+    adapter: Option<&Path>,
+) -> Result<Model> {
     Model::load(
         dir,
         &LoadOptions {
             dtype: dtype_of(dtype),
             kv_quantization,
+            adapter: adapter.map(Path::to_path_buf),
             ..LoadOptions::default()
         },
     )
@@ -267,6 +370,7 @@ fn load_chat(dir: &Path, sampling: &SamplingArgs) -> Result<(LoadedModel, Genera
         &LoadOptions {
             dtype: dtype_of(sampling.dtype),
             kv_quantization: sampling.kv_quantization,
+            adapter: sampling.adapter.clone(),
             ..LoadOptions::default()
         },
     )
@@ -583,18 +687,30 @@ fn serve(args: &ServeArgs) -> Result<()> {
             &args.model,
             LoadOptions {
                 dtype: dtype_of(args.dtype),
+                adapter: args.adapter.clone(),
                 ..LoadOptions::default()
             },
         )
         .with_context(|| format!("loading {}", args.model.display()))?;
-    let folder = args
-        .model
-        .canonicalize()
-        .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_default();
+    let folder_name = |dir: &Path| {
+        dir.canonicalize()
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_default()
+    };
+    let folder = folder_name(&args.model);
+    // With an adapter the server answers as `base:adapter` (docs/ADAPTERS.md), never as the
+    // plain base it does not serve.
+    let id = match &args.adapter {
+        Some(adapter) => format!(
+            "{}:{}",
+            ServedModel::id_from_folder_name(&folder),
+            ServedModel::id_from_folder_name(&folder_name(adapter))
+        ),
+        None => ServedModel::id_from_folder_name(&folder),
+    };
     let model = ServedModel {
-        id: ServedModel::id_from_folder_name(&folder),
+        id,
         aliases: Vec::new(),
         vision: info.vision,
         audio: info.audio,
@@ -644,7 +760,7 @@ fn serve(args: &ServeArgs) -> Result<()> {
 
 #[allow(clippy::too_many_arguments)]
 fn logits(
-    dir: &Path,
+    (dir, adapter): (&Path, Option<&Path>),
     tokens: &[u32],
     dtype: Option<DtypeArg>,
     all: bool,
@@ -654,7 +770,7 @@ fn logits(
     kv_quantization: bool,
     out: &Path,
 ) -> Result<()> {
-    let model = load(dir, dtype, kv_quantization)?;
+    let model = load(dir, dtype, kv_quantization, adapter)?;
     let mut bound: Vec<(u32, Array)> = Vec::new();
     bound.extend(image_features(&model, images, max_soft_tokens, tokens)?);
     bound.extend(audio_features(&model, audio, tokens)?);
