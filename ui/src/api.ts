@@ -39,6 +39,8 @@ import type { Sent } from "./bindings/Sent";
 import type { Settings } from "./bindings/Settings";
 import type { SettingsLimits } from "./bindings/SettingsLimits";
 import type { SnippetPart } from "./bindings/SnippetPart";
+import type { MachineContext } from "./bindings/MachineContext";
+import type { TowerIdle } from "./bindings/TowerIdle";
 import type { StopReason } from "./bindings/StopReason";
 import type { Usage } from "./bindings/Usage";
 
@@ -62,6 +64,7 @@ export type {
   GenerationEvent,
   ImportReport,
   Imported,
+  MachineContext,
   MemoryUsage,
   Message,
   MessageStatus,
@@ -77,6 +80,7 @@ export type {
   SettingsLimits,
   SnippetPart,
   StopReason,
+  TowerIdle,
   Usage,
 };
 
@@ -342,6 +346,11 @@ export function fasterAnswers(): Promise<FasterAnswers> {
 /** Switches "Faster answers"; resolves with where it then stands. */
 export function setFasterAnswers(on: boolean): Promise<FasterAnswers> {
   return call("set_faster_answers", { on });
+}
+
+/** How long the image and audio encoders stay after their last use, in seconds (`null`: the machine's); applied at once. */
+export function setTowerIdle(secs: number | null): Promise<ModelState> {
+  return call("set_tower_idle", { secs });
 }
 
 /** Starts downloading the assistant model; progress arrives through `onFasterAnswers`. */
