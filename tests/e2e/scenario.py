@@ -1439,7 +1439,7 @@ class Scenario:
             steps.shot("recent-models-after-forget")
             s.click(win.need(f'button.recent-model[data-dir="{other}"]', f"{other.name} in the recent models"))
             win.model_ready(other.name, MODEL_TIMEOUT)
-            check(win.shown(testid("first-run")) is None, "the model picker stayed after a recent model loaded")
+            wait_for("the model picker to give way to the chat", lambda: win.shown(testid("first-run")) is None, 15)
             win.click(testid("new-chat"), "the New Chat button")
             win.send(FIRST_MESSAGE)
             answer, _ = watch_answer(win, set(), ANSWER_TIMEOUT)
