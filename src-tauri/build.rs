@@ -37,6 +37,7 @@ const COMMANDS: &[&str] = &[
     "attachment_view",
     "faster_answers",
     "set_faster_answers",
+    "set_tower_idle",
     "download_drafter",
     "cancel_drafter_download",
     "set_system_prompt",

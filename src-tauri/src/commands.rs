@@ -109,6 +109,14 @@ pub async fn set_faster_answers(state: Shared<'_>, on: bool) -> Result<FasterAns
     blocking(move || models.set_faster_answers(on)).await
 }
 
+/// Sets how long the image and audio encoders stay after their last use (seconds; `None`: the
+/// machine's), applied at once; the model's state says the period now.
+#[tauri::command]
+pub async fn set_tower_idle(state: Shared<'_>, secs: Option<u32>) -> Result<ModelState, Error> {
+    let models = state.models.clone();
+    blocking(move || models.set_tower_idle(secs)).await
+}
+
 /// Starts downloading the assistant drafter for faster answers; progress comes as
 /// `faster-answers` events.
 #[tauri::command]

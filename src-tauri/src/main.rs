@@ -105,6 +105,7 @@ fn run() -> anyhow::Result<()> {
             commands::import_json,
             commands::faster_answers,
             commands::set_faster_answers,
+            commands::set_tower_idle,
             commands::download_drafter,
             commands::cancel_drafter_download,
             commands::set_system_prompt,

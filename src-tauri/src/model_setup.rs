@@ -19,7 +19,7 @@ use ts_rs::TS;
 use crate::error::Error;
 use crate::events::Events;
 use crate::faster::{self, FasterAnswers};
-use crate::settings::{Settings, MAX_CONTEXT};
+use crate::settings::{MachineContext, Settings, MAX_CONTEXT};
 use crate::sync::lock;
 
 /// The towers' idle period on a machine without room to keep them beside the model.
@@ -61,6 +61,8 @@ pub enum ModelState {
         audio: bool,
         /// What the checkpoint is: size on disk, quantization, parameters, towers.
         checkpoint: ModelCandidate,
+        /// How long the image and audio encoders stay after their last use.
+        tower_idle: TowerIdle,
         /// Another checkpoint downloading (Settings → Model) while this one keeps answering.
         #[serde(skip_serializing_if = "Option::is_none")]
         #[ts(optional)]
@@ -71,6 +73,19 @@ pub enum ModelState {
         dir: Option<String>,
         message: String,
     },
+}
+
+/// How long the vision and audio towers ("the image and audio encoders") stay in memory after
+/// the question that used them (Settings → Model).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+pub struct TowerIdle {
+    /// Seconds, as applied now (0: released right after the question).
+    pub secs: u32,
+    /// The machine's period for this model ([`tower_idle`]), in seconds.
+    pub machine_secs: u32,
+    /// Whether `secs` is the user's choice (`Settings::tower_idle_secs`) rather than the machine's.
+    pub chosen: bool,
 }
 
 /// A model folder loaded lately, offered to load again.
@@ -155,6 +170,8 @@ pub struct Models {
     faster: Mutex<FasterAnswers>,
     /// What the machine offers (read once at start): a model that does not fit is not loaded.
     machine: Mutex<DeviceInfo>,
+    /// The machine's defaults for the model loaded (`None`: no model).
+    defaults: Mutex<Option<MachineDefaults>>,
 }
 
 impl Models {
@@ -179,6 +196,7 @@ impl Models {
             events,
             faster: Mutex::new(FasterAnswers::NoModel),
             machine: Mutex::new(gemma::memory::device_info()),
+            defaults: Mutex::new(None),
         }
     }
 
@@ -188,29 +206,41 @@ impl Models {
         *lock(&self.machine) = machine;
     }
 
-    /// The defaults the machine suggests for the model in `dir` (`engine::fit`); a checkpoint
-    /// whose headers cannot be read counts as needing no more than a step's transients.
+    /// The defaults the machine suggests for the model loaded (in `dir`): those chosen at its
+    /// load, else read again (`engine::fit`).
     fn defaults(&self, dir: &Path) -> MachineDefaults {
+        if let Some(defaults) = *lock(&self.defaults) {
+            return defaults;
+        }
         let needs = Needs::of(dir, &LoadOptions::default()).unwrap_or_default();
         MachineDefaults::choose(&lock(&self.machine), &needs)
     }
 
-    /// Refuses, in words, a model that cannot fit the machine with the context of the settings
-    /// (`engine::fit`): what it needs, what the machine has, what to change. A checkpoint whose
-    /// headers cannot be read is left to the load, which says what is wrong with it.
-    fn check_fit(&self, candidate: &ModelCandidate, options: &LoadOptions) -> Result<(), Error> {
+    /// Refuses, in words, a model of `needs` that cannot fit the machine with the context it
+    /// would get (the user's, else the machine's `defaults`; `engine::fit`): what it needs, what
+    /// the machine has, what to change. A checkpoint whose headers could not be read (`None`)
+    /// is left to the load, which says what is wrong with it.
+    fn check_fit(
+        &self,
+        candidate: &ModelCandidate,
+        needs: Option<&Needs>,
+        defaults: &MachineDefaults,
+    ) -> Result<(), Error> {
         let Some(room) = Room::of(&lock(&self.machine)) else {
             return Ok(());
         };
-        let Ok(needs) = Needs::of(&candidate.dir, options) else {
+        let Some(needs) = needs else {
             return Ok(());
         };
-        // The settings' context, within what the model supports.
-        let context = candidate
-            .context_length
-            .map_or(MAX_CONTEXT, |n| n.min(MAX_CONTEXT))
-            .min(Settings::load(&self.store).context_length) as usize;
-        fit::check(&needs, context, room, candidate.quantization_bits).map_err(|no_fit| {
+        let settings = Settings::load(&self.store);
+        let context = if settings.context_length_chosen {
+            settings.context_length
+        } else {
+            defaults.context_length as u32
+        };
+        // Within what the model supports.
+        let context = window_of(candidate).min(context) as usize;
+        fit::check(needs, context, room, candidate.quantization_bits).map_err(|no_fit| {
             Error::ModelInvalid(format!("{} was not loaded: {no_fit}", candidate.name))
         })
     }
@@ -319,6 +349,7 @@ impl Models {
         }
         let _switching = lock(&self.switching);
         self.engine.unload()?;
+        *lock(&self.defaults) = None;
         *lock(&self.faster) = FasterAnswers::NoModel;
         Settings::remember_model(&self.store, None)?;
         self.set(ModelState::None);
@@ -332,13 +363,24 @@ impl Models {
         let _switching = lock(&self.switching);
         let candidate = &self.named(candidate);
         let dir = candidate.dir.display().to_string();
-        // Read once per load: the checkpoint's headers against the machine.
-        let defaults = self.defaults(&candidate.dir);
+        // The checkpoint's headers, read once per load, against the machine.
+        let needs = Needs::of(&candidate.dir, &LoadOptions::default()).ok();
+        let defaults = MachineDefaults::choose(
+            &lock(&self.machine),
+            needs.as_ref().unwrap_or(&Needs::default()),
+        );
         let options = LoadOptions {
             ple_resident: defaults.ple_resident,
             ..LoadOptions::default()
         };
-        if let Err(err) = self.check_fit(candidate, &options) {
+        let needs = needs.map(|needs| {
+            if options.ple_resident {
+                needs.with_ple_table()
+            } else {
+                needs
+            }
+        });
+        if let Err(err) = self.check_fit(candidate, needs.as_ref(), &defaults) {
             match self.state() {
                 // A download beside it that ended here says why it is not in use.
                 ModelState::Ready {
@@ -367,9 +409,19 @@ impl Models {
         });
         match self.engine.load(&candidate.dir, options) {
             Ok(info) => {
-                let context_window = candidate
-                    .context_length
-                    .map_or(MAX_CONTEXT, |n| n.min(MAX_CONTEXT));
+                let context_window = window_of(candidate);
+                *lock(&self.defaults) = Some(defaults);
+                let machine = lock(&self.machine).clone();
+                let _ = Settings::remember_machine_context(
+                    &self.store,
+                    &MachineContext {
+                        tokens: context_window.min(defaults.context_length as u32),
+                        memory_bytes: machine.memory_bytes,
+                        mac: machine.backend == "metal",
+                    },
+                );
+                self.apply_faster_answers(&candidate.dir, &defaults);
+                let tower_idle = self.apply_tower_idle(&defaults);
                 let ready = ModelState::Ready {
                     name: candidate.name.clone(),
                     dir: dir.clone(),
@@ -377,17 +429,17 @@ impl Models {
                     vision: info.vision,
                     audio: info.audio,
                     checkpoint: candidate.clone(),
+                    tower_idle,
                     download: None,
                 };
                 let _ = Settings::remember_model(&self.store, Some(&dir));
                 let _ = Settings::remember_recent(&self.store, &dir);
-                self.apply_faster_answers(&candidate.dir, &defaults);
-                self.apply_tower_idle(&defaults);
                 self.set(ready.clone());
                 Ok(ready)
             }
             Err(err) => {
                 let message = format!("{} could not be loaded: {err}", candidate.name);
+                *lock(&self.defaults) = None;
                 // The engine let go of any previous model before loading this one.
                 self.set(ModelState::Failed {
                     dir: Some(dir),
@@ -506,13 +558,44 @@ impl Models {
     }
 
     /// How long a tower the model read for an image or a clip stays after its last use: the
-    /// engine's period where the machine has room for the towers beside the model
-    /// (`MachineDefaults::towers_warm`), else `TIGHT_TOWER_IDLE`, so that on a Mac without
-    /// that room the tower's memory goes back soon after the question.
-    fn apply_tower_idle(&self, defaults: &MachineDefaults) {
-        if let Err(err) = self.engine.set_tower_idle(tower_idle(defaults)) {
+    /// user's period (Settings → Model), else the machine's: the engine's period where the
+    /// machine has room for the towers beside the model (`MachineDefaults::towers_warm`), else
+    /// `TIGHT_TOWER_IDLE`, so that on a Mac without that room the tower's memory goes back soon
+    /// after the question. Returns what was applied.
+    fn apply_tower_idle(&self, defaults: &MachineDefaults) -> TowerIdle {
+        let machine_secs = tower_idle(defaults).as_secs() as u32;
+        let chosen = Settings::tower_idle_secs(&self.store);
+        let secs = chosen.unwrap_or(machine_secs);
+        if let Err(err) = self
+            .engine
+            .set_tower_idle(Duration::from_secs(u64::from(secs)))
+        {
             eprintln!("the towers' idle period was not set: {err}");
         }
+        TowerIdle {
+            secs,
+            machine_secs,
+            chosen: chosen.is_some(),
+        }
+    }
+
+    /// Sets how long the image and audio encoders stay after their last use (seconds, one of
+    /// `TOWER_IDLE_CHOICES`; `None`: the machine's), kept for the next start and applied to the
+    /// loaded model at once. Returns the model's state, which says the period now.
+    pub fn set_tower_idle(&self, secs: Option<u32>) -> Result<ModelState, Error> {
+        let _switching = lock(&self.switching);
+        Settings::set_tower_idle_secs(&self.store, secs)?;
+        if let ModelState::Ready { dir, .. } = self.state() {
+            let applied = self.apply_tower_idle(&self.defaults(Path::new(&dir)));
+            let mut state = lock(&self.state);
+            if let ModelState::Ready { tower_idle, .. } = &mut *state {
+                *tower_idle = applied;
+            }
+            let shown = state.clone();
+            drop(state);
+            self.events.model_state(&shown);
+        }
+        Ok(self.state())
     }
 
     /// A download of the app's, in its models folder, goes by its repository id, as it did
@@ -654,6 +737,14 @@ impl Models {
             cancel.store(true, Ordering::Relaxed);
         }
     }
+}
+
+/// The most positions a conversation with `candidate` may use: what it supports, at most
+/// [`MAX_CONTEXT`].
+fn window_of(candidate: &ModelCandidate) -> u32 {
+    candidate
+        .context_length
+        .map_or(MAX_CONTEXT, |n| n.min(MAX_CONTEXT))
 }
 
 fn gigabytes(bytes: u64) -> f64 {

@@ -19,6 +19,17 @@ const FASTER_KEY: &str = "faster_answers";
 const RECENT_KEY: &str = "recent_models";
 /// How many model folders the recent list keeps.
 pub const RECENT_MODELS: usize = 8;
+/// Key of the context length the machine chose for the model loaded last ([`MachineContext`]).
+const MACHINE_CONTEXT_KEY: &str = "machine_context";
+/// Key of the towers' idle period the user chose, in seconds (unset: the machine's).
+const TOWER_IDLE_KEY: &str = "tower_idle_secs";
+
+/// The periods offered for "Release the image and audio encoders after", in seconds: right
+/// after the question that used them, 30 seconds, 5 minutes, 30 minutes.
+pub const TOWER_IDLE_CHOICES: [u32; 4] = [0, 30, 300, 1800];
+
+/// The context length when neither the user nor the machine chose one.
+pub const DEFAULT_CONTEXT: u32 = 16_384;
 
 /// The largest context the model was trained for (Gemma 4 E4B: 128K positions).
 pub const MAX_CONTEXT: u32 = 131_072;
@@ -105,6 +116,27 @@ pub struct Settings {
     pub thinking: bool,
     /// Soft tokens per image: 70, 140, 280, 560 or 1120. More sees finer detail, costs more.
     pub image_token_budget: u32,
+    /// Whether `context_length` is the user's choice, kept whatever the machine; otherwise it
+    /// follows the machine (`machine_context`).
+    pub context_length_chosen: bool,
+    /// The context length the machine chose for the model loaded last, and what for; `None`
+    /// before a model has loaded. Read from the model's load, never stored with the settings
+    /// (what `save` is given here is left out).
+    pub machine_context: Option<MachineContext>,
+}
+
+/// The context length chosen from the machine (`engine::fit::MachineDefaults::context_length`)
+/// for the model loaded last, and what it was chosen for, for the words Settings shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, TS)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineContext {
+    /// Positions, within what the model supports.
+    pub tokens: u32,
+    /// The machine's memory in bytes, where known.
+    #[ts(type = "number | null")]
+    pub memory_bytes: Option<u64>,
+    /// Whether the machine is a Mac (the words say "this Mac", else "this computer").
+    pub mac: bool,
 }
 
 impl Default for Settings {
@@ -116,24 +148,85 @@ impl Default for Settings {
             top_p: 0.95,
             top_k: 64,
             max_tokens: 4096,
-            context_length: 16_384,
+            context_length: DEFAULT_CONTEXT,
             thinking: false,
             image_token_budget: 280,
+            context_length_chosen: false,
+            machine_context: None,
         }
     }
 }
 
 impl Settings {
-    /// Reads the stored settings; defaults when none are stored or the row is unreadable.
+    /// Reads the stored settings (defaults when none are stored or the row is unreadable), with
+    /// the machine's context length where the user has not chosen one.
     pub fn load(store: &Store) -> Self {
-        store.get_setting(KEY).ok().flatten().unwrap_or_default()
+        /// Whether a stored row says whose its context length is.
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Chosen {
+            context_length_chosen: Option<bool>,
+        }
+        let mut settings: Self = store.get_setting(KEY).ok().flatten().unwrap_or_default();
+        // A row stored before the choice was recorded: a length other than the default then
+        // was the user's.
+        if let Ok(Some(Chosen {
+            context_length_chosen: None,
+        })) = store.get_setting::<Chosen>(KEY)
+        {
+            settings.context_length_chosen = settings.context_length != DEFAULT_CONTEXT;
+        }
+        settings.machine_context = store.get_setting(MACHINE_CONTEXT_KEY).ok().flatten();
+        if let (false, Some(machine)) = (settings.context_length_chosen, settings.machine_context) {
+            settings.context_length = machine.tokens;
+            // An answer no longer than the context.
+            settings.max_tokens = settings.max_tokens.min(machine.tokens);
+        }
+        settings
     }
 
-    /// Validates and stores `self`; returns what was stored.
+    /// Validates and stores `self`; returns the settings as they now apply ([`Settings::load`]).
     pub fn save(self, store: &Store) -> Result<Self, Error> {
         self.validate()?;
-        store.set_setting(KEY, &self)?;
-        Ok(self)
+        store.set_setting(
+            KEY,
+            &Self {
+                machine_context: None,
+                ..self
+            },
+        )?;
+        Ok(Self::load(store))
+    }
+
+    /// Records the context length the machine chose for the model just loaded: the context of
+    /// every conversation while the user has not chosen one.
+    pub fn remember_machine_context(store: &Store, machine: &MachineContext) -> Result<(), Error> {
+        Ok(store.set_setting(MACHINE_CONTEXT_KEY, machine)?)
+    }
+
+    /// The towers' idle period the user chose, in seconds (one of [`TOWER_IDLE_CHOICES`]);
+    /// `None`: the machine's.
+    pub fn tower_idle_secs(store: &Store) -> Option<u32> {
+        store
+            .get_setting::<u32>(TOWER_IDLE_KEY)
+            .ok()
+            .flatten()
+            .filter(|secs| TOWER_IDLE_CHOICES.contains(secs))
+    }
+
+    /// Stores the towers' idle period (`None`: back to the machine's); a period not offered is
+    /// refused in words.
+    pub fn set_tower_idle_secs(store: &Store, secs: Option<u32>) -> Result<(), Error> {
+        match secs {
+            Some(secs) if !TOWER_IDLE_CHOICES.contains(&secs) => Err(Error::Invalid(format!(
+                "the encoders' idle period must be one of {TOWER_IDLE_CHOICES:?} seconds, not {secs}"
+            ))),
+            Some(secs) => Ok(store.set_setting(TOWER_IDLE_KEY, &secs)?),
+            None => {
+                store.remove_setting(TOWER_IDLE_KEY)?;
+                Ok(())
+            }
+        }
     }
 
     /// Remembers the model folder to load on the next start (`None`: no model).
@@ -424,6 +517,104 @@ mod tests {
         }
         assert_eq!(limits.image_token_budgets, [70, 140, 280, 560, 1120]);
         assert_eq!(limits.context_length.max, f64::from(MAX_CONTEXT));
+    }
+
+    #[test]
+    fn the_machines_context_length_applies_until_the_user_chooses_one() {
+        let (dir, store) = store();
+        let eight_gb = MachineContext {
+            tokens: 8192,
+            memory_bytes: Some(8 << 30),
+            mac: true,
+        };
+        Settings::remember_machine_context(&store, &eight_gb).unwrap();
+        let settings = Settings::load(&store);
+        assert_eq!(settings.context_length, 8192);
+        assert!(!settings.context_length_chosen);
+        assert_eq!(settings.machine_context, Some(eight_gb));
+
+        // Saving other settings keeps following the machine, whatever length came with them.
+        let saved = Settings {
+            temperature: 0.3,
+            ..settings.clone()
+        }
+        .save(&store)
+        .unwrap();
+        assert_eq!((saved.context_length, saved.temperature), (8192, 0.3));
+        let four_k = MachineContext {
+            tokens: 4096,
+            ..eight_gb
+        };
+        Settings::remember_machine_context(&store, &four_k).unwrap();
+        assert_eq!(Settings::load(&store).context_length, 4096);
+
+        // A length the user chose wins over the machine's, and survives reopening.
+        let chosen = Settings {
+            context_length: 32_768,
+            context_length_chosen: true,
+            ..saved
+        }
+        .save(&store)
+        .unwrap();
+        assert_eq!(chosen.context_length, 32_768);
+        drop(store);
+        let reopened = Store::open(dir.path()).unwrap();
+        let settings = Settings::load(&reopened);
+        assert_eq!(settings.context_length, 32_768);
+        assert!(settings.context_length_chosen);
+        assert_eq!(settings.machine_context, Some(four_k));
+    }
+
+    #[test]
+    fn a_row_stored_before_the_choice_was_recorded_keeps_a_length_the_user_set() {
+        let (_dir, store) = store();
+        Settings::remember_machine_context(
+            &store,
+            &MachineContext {
+                tokens: 8192,
+                memory_bytes: None,
+                mac: false,
+            },
+        )
+        .unwrap();
+        let old_row = |context: u32| serde_json::json!({"temperature": 1.0, "maxTokens": 4096, "contextLength": context});
+        store.set_setting(KEY, &old_row(32_768)).unwrap();
+        assert_eq!(Settings::load(&store).context_length, 32_768);
+        store.set_setting(KEY, &old_row(DEFAULT_CONTEXT)).unwrap();
+        assert_eq!(Settings::load(&store).context_length, 8192);
+    }
+
+    #[test]
+    fn an_answer_length_longer_than_the_machines_context_is_shortened_to_it() {
+        let (_dir, store) = store();
+        Settings {
+            max_tokens: 12_000,
+            ..Settings::default()
+        }
+        .save(&store)
+        .unwrap();
+        let small = MachineContext {
+            tokens: 8192,
+            memory_bytes: Some(8 << 30),
+            mac: true,
+        };
+        Settings::remember_machine_context(&store, &small).unwrap();
+        let settings = Settings::load(&store);
+        assert_eq!((settings.context_length, settings.max_tokens), (8192, 8192));
+        assert!(settings.validate().is_ok());
+    }
+
+    #[test]
+    fn the_encoders_idle_period_is_one_of_those_offered_or_the_machines() {
+        let (_dir, store) = store();
+        assert_eq!(Settings::tower_idle_secs(&store), None);
+        Settings::set_tower_idle_secs(&store, Some(1800)).unwrap();
+        assert_eq!(Settings::tower_idle_secs(&store), Some(1800));
+        let err = Settings::set_tower_idle_secs(&store, Some(45)).unwrap_err();
+        assert!(err.to_string().contains("not 45"), "{err}");
+        assert_eq!(Settings::tower_idle_secs(&store), Some(1800));
+        Settings::set_tower_idle_secs(&store, None).unwrap();
+        assert_eq!(Settings::tower_idle_secs(&store), None);
     }
 
     #[test]

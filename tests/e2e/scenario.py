@@ -458,6 +458,39 @@ def drop(scenario: "Scenario", win: Window, files: list[Path]) -> None:
     scenario.desktop.drag_files(files, source, target, while_over)
 
 
+def float32_copy(model: Path, to: Path) -> Path:
+    """A copy of `model` whose bfloat16 tensors are float32 (exactly: a bf16 is the top half of
+    an f32), as the app's tests do (`fixture_f32`): on the random-weight fixture, bf16 logits tie
+    often enough that two paths to the same prompt (a fresh prefill, the cache) can pick
+    different greedy tokens; in f32 they do not."""
+    to.mkdir(parents=True)
+    for file in model.iterdir():
+        if file.suffix != ".safetensors":
+            shutil.copy(file, to / file.name)
+            continue
+        data = file.read_bytes()
+        size = struct.unpack("<Q", data[:8])[0]
+        header = json.loads(data[8 : 8 + size])
+        body, out, offset = data[8 + size :], {}, 0
+        chunks = []
+        for name, info in sorted(((n, i) for n, i in header.items() if n != "__metadata__"), key=lambda item: item[1]["data_offsets"][0]):
+            start, end = info["data_offsets"]
+            raw = body[start:end]
+            if info["dtype"] == "BF16":
+                wide = bytearray(len(raw) * 2)
+                wide[2::4], wide[3::4] = raw[0::2], raw[1::2]
+                raw, info = bytes(wide), {**info, "dtype": "F32"}
+            out[name] = {**info, "data_offsets": [offset, offset + len(raw)]}
+            chunks.append(raw)
+            offset += len(raw)
+        if "__metadata__" in header:
+            out["__metadata__"] = header["__metadata__"]
+        encoded = json.dumps(out).encode()
+        encoded += b" " * (-len(encoded) % 8)
+        (to / file.name).write_bytes(struct.pack("<Q", len(encoded)) + encoded + b"".join(chunks))
+    return to
+
+
 def words(text: str) -> str:
     """The text's letters and digits, lower-cased, one space apart (Markdown as source or as shown)."""
     return " ".join(re.findall(r"[^\W_]+", text.lower()))
@@ -1309,6 +1342,108 @@ class Scenario:
                 print(f"e2e:   refused {answer['cmd']}: {answer['detail'][:100]}")
             security.check_no_navigation(s)
             steps.shot("guards")
+
+        def faster_answers(on: bool) -> None:
+            """Switches Settings → Faster answers to `on` (at once) and closes Settings."""
+            win.click(testid("settings"), "the Settings button")
+            status = lambda: s.text(win.need(testid("faster-status"), "Faster answers' status"))  # noqa: E731
+            wait_for("Faster answers to say where it stands", lambda: status().startswith(("On", "Off")), 15)
+            toggle = win.need(testid("faster-toggle"), "the Faster answers switch")
+            if bool(s.property(toggle, "checked")) != on:
+                s.execute("arguments[0].scrollIntoView({block: 'center'})", {ELEMENT_KEY: toggle})
+                s.click(toggle)
+            wait_for(f"Faster answers {'on' if on else 'off'}", lambda: status().startswith("On" if on else "Off"), 30)
+            win.click(testid("settings-cancel"), "Cancel in Settings")
+
+        with steps.step("Regenerate at temperature 0 gives the same answer, from the same prompt without the answer it replaces"):
+            # Plain greedy decoding (one token a step) of a float32 copy of the model.
+            faster_answers(False)
+            exact = float32_copy(model, self.temp / "models" / "tiny-f32")
+            win.click(testid("settings"), "the Settings button")
+            win.click(testid("model-choose-folder"), "Choose Folder… in Settings → Model")
+            self.desktop.choose_folder(FOLDER_DIALOG, exact, timeout=30, before_accept=lambda: None)
+            panel = win.need(testid("model-panel"), "the Model section of Settings")
+            wait_for("the float32 copy named in Settings", lambda: exact.name in s.text(panel), MODEL_TIMEOUT)
+            win.click(testid("settings-cancel"), "Cancel in Settings")
+            win.model_ready(exact.name, MODEL_TIMEOUT)
+            restore = win.set_settings({"temperature": "0", "maxTokens": str(SHORT_ANSWER)})
+            win.click(testid("new-chat"), "the New Chat button")
+            win.send(FIRST_MESSAGE)
+            first, _ = watch_answer(win, set(), ANSWER_TIMEOUT)
+            check(first.status == "complete" and first.text, f"the greedy answer ended {first.status!r}: {first.text!r}")
+            prompt, _ = prompt_stats(s, first.id)
+            shown = {m.id for m in win.messages()}
+            win.click(f'{testid("message")}[data-message-id="{first.id}"] {testid("regenerate")}', "Regenerate on the greedy answer")
+            again, _ = watch_answer(win, shown, ANSWER_TIMEOUT)
+            check(again.status == "complete", f"the regenerated answer ended {again.status!r}")
+            check(again.text == first.text, f"at temperature 0 Regenerate wrote {again.text[:120]!r}, the first time {first.text[:120]!r}")
+            again_prompt, reused = prompt_stats(s, again.id)
+            check(
+                again_prompt == prompt,
+                f"the regenerated answer's prompt is {again_prompt} tokens ({reused} reused), the first's {prompt}: it holds the answer it replaces",
+            )
+            check(win.version_count(again.id) == "2/2", f"the regenerated answer reads {win.version_count(again.id)!r}, not 2/2")
+            steps.shot("regenerated-greedy")
+            win.set_settings(restore)
+
+        with steps.step("Settings' Save and Cancel stay in view however far its sections are scrolled; the context length says whose it is"):
+            win.click(testid("settings"), "the Settings button")
+            dialog = win.need(testid("settings-dialog"), "the settings dialog")
+            wait_for("the settings to load", lambda: s.enabled(s.find(testid("settings-save"))), 15)
+            body = win.need(testid("settings-body"), "the part of Settings that scrolls")
+            check(
+                s.execute("return arguments[0].scrollHeight > arguments[0].clientHeight + 100", {ELEMENT_KEY: body}),
+                "the Settings sections fit without scrolling: nothing to prove",
+            )
+            # Visible: inside the window and the dialog, and what a click at its middle reaches.
+            reachable = """
+                const [button, dialog] = arguments;
+                const r = button.getBoundingClientRect(), d = dialog.getBoundingClientRect();
+                const hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+                return r.height > 0 && r.top >= d.top && r.bottom <= Math.min(d.bottom, window.innerHeight)
+                    && (hit === button || button.contains(hit));
+            """
+            for where, script in (
+                ("the bottom", "arguments[0].scrollTop = arguments[0].scrollHeight; return arguments[0].scrollTop"),
+                ("the middle", "arguments[0].scrollTop = arguments[0].scrollHeight / 2; return arguments[0].scrollTop"),
+                ("the top", "arguments[0].scrollTop = 0; return arguments[0].scrollTop"),
+            ):
+                top = s.execute(script, {ELEMENT_KEY: body})
+                check(where == "the top" or top > 0, f"Settings did not scroll to {where} (scrollTop {top})")
+                for button in ("settings-save", "settings-cancel"):
+                    element = win.need(testid(button), button)
+                    wait_for(
+                        f"{button} in view with the sections scrolled to {where}",
+                        lambda: s.execute(reachable, {ELEMENT_KEY: element}, {ELEMENT_KEY: dialog}),
+                        5,
+                    )
+                if where == "the bottom":
+                    steps.shot("settings-scrolled-to-the-bottom")
+            context = win.need('[data-fact="Context length"]', "the context length in Settings → Model")
+            wait_for(
+                "the context length's words in Settings → Model",
+                lambda: "chosen for this computer's" in s.text(context) or "your choice" in s.text(context),
+                15,
+            )
+            win.click(testid("settings-cancel"), "Cancel in Settings")
+            wait_for("Settings to close", lambda: not s.property(dialog, "open"), 10)
+
+        with steps.step("after Forget the model picker lists the recent models, and one click loads one again"):
+            win.click(testid("settings"), "the Settings button")
+            win.click(testid("model-forget"), "Forget in Settings → Model")
+            win.need(testid("first-run"), "the model picker after Forget")
+            listed = win.need(testid("recent-models"), "the recent models on the model picker")
+            dirs = [s.attribute(button, "data-dir") for button in s.find_all("button.recent-model", root=listed)]
+            check(str(model) in dirs and str(other) in dirs, f"the recent models after Forget are {dirs}, expected {model} and {other}")
+            check(str(snapshot) not in dirs, f"the recent models list {snapshot}, deleted earlier")
+            steps.shot("recent-models-after-forget")
+            s.click(win.need(f'button.recent-model[data-dir="{other}"]', f"{other.name} in the recent models"))
+            win.model_ready(other.name, MODEL_TIMEOUT)
+            wait_for("the model picker to give way to the chat", lambda: win.shown(testid("first-run")) is None, 15)
+            win.click(testid("new-chat"), "the New Chat button")
+            win.send(FIRST_MESSAGE)
+            answer, _ = watch_answer(win, set(), ANSWER_TIMEOUT)
+            check(answer.status == "complete", f"the recent model's answer ended {answer.status!r}")
 
         default_dir = self.home / ".local/share" / IDENTIFIER
         check(not default_dir.exists(), f"the app wrote outside --data-dir, into {default_dir}")

@@ -41,6 +41,8 @@ import type { SpeechEvent } from "./bindings/SpeechEvent";
 import type { QuickAskShortcut } from "./bindings/QuickAskShortcut";
 import type { SettingsLimits } from "./bindings/SettingsLimits";
 import type { SnippetPart } from "./bindings/SnippetPart";
+import type { MachineContext } from "./bindings/MachineContext";
+import type { TowerIdle } from "./bindings/TowerIdle";
 import type { StopReason } from "./bindings/StopReason";
 import type { Usage } from "./bindings/Usage";
 
@@ -64,6 +66,7 @@ export type {
   GenerationEvent,
   ImportReport,
   Imported,
+  MachineContext,
   MemoryUsage,
   Message,
   MessageStatus,
@@ -81,6 +84,7 @@ export type {
   SpeechEvent,
   QuickAskShortcut,
   StopReason,
+  TowerIdle,
   Usage,
 };
 
@@ -346,6 +350,11 @@ export function fasterAnswers(): Promise<FasterAnswers> {
 /** Switches "Faster answers"; resolves with where it then stands. */
 export function setFasterAnswers(on: boolean): Promise<FasterAnswers> {
   return call("set_faster_answers", { on });
+}
+
+/** How long the image and audio encoders stay after their last use, in seconds (`null`: the machine's); applied at once. */
+export function setTowerIdle(secs: number | null): Promise<ModelState> {
+  return call("set_tower_idle", { secs });
 }
 
 /** Starts downloading the assistant model; progress arrives through `onFasterAnswers`. */

@@ -22,6 +22,7 @@ fn a_model_too_big_for_the_machine_is_refused_in_words_and_the_loaded_model_stay
     let h = Harness::with_model();
     let mut settings = Settings::load(&h.state.store);
     settings.context_length = 32_768;
+    settings.context_length_chosen = true;
     let settings = settings.save(&h.state.store).unwrap();
     let before = h.state.models.state();
     let remembered = Settings::remembered_model(&h.state.store);
@@ -180,5 +181,152 @@ fn a_tower_goes_back_soon_after_use_on_a_machine_without_room_to_keep_it() {
     assert_eq!(
         crate::model_setup::tower_idle(&roomy),
         engine::policy::Policy::default().tower_idle
+    );
+}
+
+#[test]
+fn an_8_gb_mac_gets_its_context_length_until_the_user_chooses_one() {
+    let h = Harness::new();
+    let before = Settings::load(&h.state.store);
+    assert_eq!(
+        (before.context_length, before.machine_context),
+        (16_384, None)
+    );
+    h.state.models.set_machine(machine(8 << 30, 5_700_000_000));
+
+    h.state.models.choose(&fixture()).unwrap();
+
+    // What Settings shows and every answer uses (`get_settings` and `send_message` read it).
+    let settings = Settings::load(&h.state.store);
+    assert_eq!(settings.context_length, 8192);
+    assert!(!settings.context_length_chosen);
+    assert_eq!(
+        settings.machine_context,
+        Some(crate::settings::MachineContext {
+            tokens: 8192,
+            memory_bytes: Some(8 << 30),
+            mac: true,
+        })
+    );
+
+    // Saving the other settings keeps following the machine; a length the user sets wins,
+    // here and on a bigger machine.
+    let saved = Settings {
+        temperature: 0.0,
+        ..settings
+    }
+    .save(&h.state.store)
+    .unwrap();
+    assert_eq!(saved.context_length, 8192);
+    let chosen = Settings {
+        context_length: 12_000,
+        context_length_chosen: true,
+        ..saved
+    }
+    .save(&h.state.store)
+    .unwrap();
+    assert_eq!(chosen.context_length, 12_000);
+    h.state
+        .models
+        .set_machine(machine(32 << 30, 21_000_000_000));
+    h.state.models.choose(&fixture()).unwrap();
+    let settings = Settings::load(&h.state.store);
+    assert_eq!(settings.context_length, 12_000);
+    assert_eq!(settings.machine_context.map(|m| m.tokens), Some(16_384));
+    // Back to the machine's: the bigger machine's length.
+    let back = Settings {
+        context_length_chosen: false,
+        ..settings
+    }
+    .save(&h.state.store)
+    .unwrap();
+    assert_eq!(back.context_length, 16_384);
+}
+
+#[test]
+fn the_fit_check_uses_the_machines_context_length_when_the_user_chose_none() {
+    let h = Harness::new();
+    // With the room for transients and MLX's cache (1 GiB), the fixture needs ~1.09 GB at the
+    // machine's 8k and ~1.21 GB at 128k (a length the user chose): 1.2 GB holds only the first.
+    let tight = machine(2_000_000_000, 1_200_000_000);
+    h.state.models.set_machine(tight.clone());
+    h.state.models.choose(&fixture()).unwrap();
+    let settings = Settings {
+        context_length: 131_072,
+        context_length_chosen: true,
+        max_tokens: 1024,
+        ..Settings::load(&h.state.store)
+    }
+    .save(&h.state.store)
+    .unwrap();
+    let err = h.state.models.choose(&fixture()).unwrap_err();
+    assert!(err.to_string().contains("131072-token context"), "{err}");
+    Settings {
+        context_length_chosen: false,
+        ..settings
+    }
+    .save(&h.state.store)
+    .unwrap();
+    h.state.models.choose(&fixture()).unwrap();
+}
+
+#[test]
+fn the_encoders_idle_period_is_the_machines_until_chosen_and_applies_at_once() {
+    use crate::model_setup::TowerIdle;
+    let h = Harness::new();
+    let tower_idle = |state: ModelState| match state {
+        ModelState::Ready { tower_idle, .. } => tower_idle,
+        other => panic!("{other:?}"),
+    };
+    // A machine without room to keep the towers beside the model (the fixture with its 1 GiB
+    // of room for transients, ~1.09 GB, leaves less than a quarter of 1.2 GB): 30 seconds.
+    h.state
+        .models
+        .set_machine(machine(2_000_000_000, 1_200_000_000));
+    let ready = h.state.models.choose(&fixture()).unwrap();
+    let machines = TowerIdle {
+        secs: 30,
+        machine_secs: 30,
+        chosen: false,
+    };
+    assert_eq!(tower_idle(ready), machines);
+
+    let states = model_states(&h.events).len();
+    let state = h.state.models.set_tower_idle(Some(1800)).unwrap();
+    let chosen = TowerIdle {
+        secs: 1800,
+        chosen: true,
+        ..machines
+    };
+    assert_eq!(tower_idle(state.clone()), chosen);
+    // The window hears it (the panel shows it) without a reload.
+    assert_eq!(model_states(&h.events).len(), states + 1);
+    assert_eq!(model_states(&h.events).last(), Some(&state));
+
+    // Kept for the next load; a period not offered is refused and changes nothing.
+    assert_eq!(
+        tower_idle(h.state.models.choose(&fixture()).unwrap()),
+        chosen
+    );
+    let err = h.state.models.set_tower_idle(Some(45)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    assert_eq!(tower_idle(h.state.models.state()), chosen);
+
+    // Back to the machine's; a roomy machine's is the engine's five minutes.
+    assert_eq!(
+        tower_idle(h.state.models.set_tower_idle(None).unwrap()),
+        machines
+    );
+    h.state
+        .models
+        .set_machine(machine(32 << 30, 21_000_000_000));
+    let roomy = tower_idle(h.state.models.choose(&fixture()).unwrap());
+    assert_eq!((roomy.secs, roomy.chosen), (300, false));
+    // Chosen with no model loaded: kept, applied at the next load.
+    h.state.models.forget().unwrap();
+    h.state.models.set_tower_idle(Some(0)).unwrap();
+    assert_eq!(
+        tower_idle(h.state.models.choose(&fixture()).unwrap()).secs,
+        0
     );
 }

@@ -2,6 +2,7 @@
 import type { DownloadProgress } from "./DownloadProgress";
 import type { ModelCandidate } from "./ModelCandidate";
 import type { SideDownload } from "./SideDownload";
+import type { TowerIdle } from "./TowerIdle";
 
 /**
  * Where the model stands, as the UI shows it.
@@ -23,6 +24,10 @@ audio: boolean,
  * What the checkpoint is: size on disk, quantization, parameters, towers.
  */
 checkpoint: ModelCandidate, 
+/**
+ * How long the image and audio encoders stay after their last use.
+ */
+towerIdle: TowerIdle, 
 /**
  * Another checkpoint downloading (Settings → Model) while this one keeps answering.
  */

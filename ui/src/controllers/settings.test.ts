@@ -232,3 +232,81 @@ describe("faster answers (Settings)", () => {
     expect(panel.querySelector('[data-testid="faster-error"]')?.textContent).toBe("The engine has stopped.");
   });
 });
+
+describe("the context length the machine chose", () => {
+  const eightGbMac = { tokens: 8192, memoryBytes: 8 * 2 ** 30, mac: true };
+
+  it("is shown in words, stays the machine's when other settings are saved, and a typed one is the user's", async () => {
+    backend.settings = { ...backend.settings, contextLength: 8192, machineContext: eightGbMac };
+    await mount();
+    click($("settings"));
+    await settle();
+    expect($("model-panel")?.textContent).toContain(
+      "8,192 tokens — chosen for this Mac's 8 GB; change it under Answers",
+    );
+    const context = $("setting-contextLength") as HTMLInputElement;
+    const help = context.getAttribute("aria-describedby")?.split(" ")[0] ?? "";
+    expect(root.querySelector(`#${help}`)?.textContent).toContain(
+      "8,192 was chosen for this Mac's 8 GB; change it here.",
+    );
+    expect(($("setting-contextLength-default") as HTMLElement).hidden).toBe(true);
+
+    ($("setting-topK") as HTMLInputElement).value = "20";
+    click($("settings-save"));
+    await settle();
+    expect(callsOf("save_settings").at(-1)?.args).toEqual({
+      settings: { ...backend.settings, topK: 20, contextLengthChosen: false },
+    });
+
+    click($("settings"));
+    await settle();
+    context.value = "12000";
+    context.dispatchEvent(new Event("input", { bubbles: true }));
+    click($("settings-save"));
+    await settle();
+    expect(callsOf("save_settings").at(-1)?.args).toEqual({
+      settings: { ...backend.settings, contextLength: 12_000, contextLengthChosen: true },
+    });
+  });
+
+  it("comes back with “Use the default” once the user has chosen one", async () => {
+    backend.settings = {
+      ...backend.settings,
+      contextLength: 32_768,
+      contextLengthChosen: true,
+      machineContext: eightGbMac,
+    };
+    await mount();
+    click($("settings"));
+    await settle();
+    expect($("model-panel")?.textContent).toContain("32,768 tokens — your choice (this Mac's default: 8,192)");
+    const reset = $("setting-contextLength-default") as HTMLButtonElement;
+    expect(reset.hidden).toBe(false);
+    click(reset);
+    expect(($("setting-contextLength") as HTMLInputElement).value).toBe("8192");
+    click($("settings-save"));
+    await settle();
+    expect(callsOf("save_settings").at(-1)?.args).toEqual({
+      settings: { ...backend.settings, contextLength: 8192, contextLengthChosen: false },
+    });
+  });
+});
+
+describe("releasing the image and audio encoders", () => {
+  it("applies a period at once, without Save, and the panel says it", async () => {
+    await mount();
+    click($("settings"));
+    await settle();
+    const select = $("model-tower-idle") as HTMLSelectElement;
+    expect(select.value).toBe("");
+    select.value = "30";
+    select.dispatchEvent(new Event("change", { bubbles: true }));
+    await settle();
+    expect(callsOf("set_tower_idle").at(-1)?.args).toEqual({ secs: 30 });
+    expect(callsOf("save_settings")).toHaveLength(0);
+    expect(($("model-tower-idle") as HTMLSelectElement).value).toBe("30");
+    expect($("model-tower-idle-help")?.textContent).toContain(
+      "Released 30 seconds after their last use (your choice).",
+    );
+  });
+});

@@ -33,9 +33,19 @@ export class SettingsController {
         cancelDownload: () => api.cancelDownload(),
         forget: () => model.forget(),
         openRecent: async (dir) => model.apply(await api.openRecentModel(dir)),
+        setTowerIdle: async (secs) => void (await api.setTowerIdle(secs)),
       },
       state.recentModels,
+      state.settings,
     );
+    // A model's load chooses the machine's context length: the settings as they now apply.
+    state.model.subscribe((now) => {
+      if (now.state === "ready")
+        api.getSettings().then(
+          (settings) => state.settings.set(settings),
+          () => {},
+        );
+    });
     // The memory the model uses, read when the dialog opens and as the status bar reads it.
     model.memory.subscribe((usage) => modelPanel.showMemory(usage));
     this.fasterPanel = new FasterPanel({
@@ -58,7 +68,14 @@ export class SettingsController {
     });
     const panels = [modelPanel, this.fasterPanel, this.localApiPanel, quickAskPanel];
     this.dialog = new SettingsDialog(
-      { load: () => api.getSettings(), save: (settings) => this.save(settings) },
+      {
+        load: async () => {
+          const settings = await api.getSettings();
+          state.settings.set(settings);
+          return settings;
+        },
+        save: (settings) => this.save(settings),
+      },
       state.settingsLimits,
       {
         element: el("div", {}, ...panels.map((panel) => panel.element)),

@@ -43,6 +43,7 @@ export const READY: ModelState = {
     vision: true,
     audio: true,
   },
+  towerIdle: { secs: 300, machineSecs: 300, chosen: false },
 };
 
 /** The downloads the backend offers (`DOWNLOADS` in src-tauri/src/model_setup.rs). */
@@ -75,6 +76,8 @@ export const SETTINGS: Settings = {
   contextLength: 8192,
   thinking: false,
   imageTokenBudget: 280,
+  contextLengthChosen: false,
+  machineContext: null,
 };
 
 export function message(partial: Partial<Message> & Pick<Message, "id" | "conversationId" | "role" | "text">): Message {
@@ -287,6 +290,14 @@ export class FakeBackend {
         throw { kind: "invalidInput", message: `${String(dir)} is not one of the recent model folders` };
       this.recent = [recent, ...this.recent.filter((known) => known !== recent)];
       return { ...READY, name: recent.name, dir: recent.dir, checkpoint: { ...READY.checkpoint, ...recent } };
+    });
+    handle("set_tower_idle", ({ secs }) => {
+      if (READY.state !== "ready") return READY;
+      const chosen = typeof secs === "number";
+      const towerIdle = { ...READY.towerIdle, secs: chosen ? secs : READY.towerIdle.machineSecs, chosen };
+      const model = { ...READY, towerIdle };
+      emit("model-state", model);
+      return model;
     });
     handle("local_api", () => this.localApi);
     handle("api_log", () => this.apiLog);

@@ -10,11 +10,13 @@ import {
   type ModelCandidate,
   type ModelState,
   type RecentModel,
+  type Settings,
   type SideDownload,
+  type TowerIdle,
 } from "../api";
 import { el } from "../dom";
 import { formatBytes, formatEta, formatInteger } from "../format";
-import type { Value } from "../store";
+import { Value } from "../store";
 
 export interface ModelPanelHandlers {
   /** Opens the folder dialog and loads what was picked; rejects in words. */
@@ -26,6 +28,8 @@ export interface ModelPanelHandlers {
   forget(): Promise<void>;
   /** Loads a folder of the recent list in place of the model in use; rejects in words. */
   openRecent(dir: string): Promise<void>;
+  /** Sets how long the image and audio encoders stay after their last use (`null`: the machine's); rejects in words. */
+  setTowerIdle(secs: number | null): Promise<void>;
 }
 
 /** "10.3 million", "7.9 billion": parameter counts as people say them. */
@@ -68,6 +72,53 @@ export function describeMemory(usage: MemoryUsage | null): string {
 }
 
 const MEMORY_FACT = "Memory in use";
+const CONTEXT_FACT = "Context length";
+
+/** "8 GB": a machine's memory as it is sold (binary gigabytes, whole). */
+export function formatMachineMemory(bytes: number): string {
+  return `${Math.round(bytes / 2 ** 30)} GB`;
+}
+
+/**
+ * Where the context length comes from, in words: the machine's choice ("8,192 tokens — chosen
+ * for this Mac's 8 GB; change it under Answers") or the user's.
+ */
+export function describeContextLength(settings: Settings): string {
+  const tokens = `${formatInteger(settings.contextLength)} tokens`;
+  const machine = settings.machineContext;
+  const device = machine?.mac ? "Mac" : "computer";
+  const memory = machine?.memoryBytes ? ` ${formatMachineMemory(machine.memoryBytes)}` : "";
+  if (settings.contextLengthChosen) {
+    return machine && machine.tokens !== settings.contextLength
+      ? `${tokens} — your choice (this ${device}'s default: ${formatInteger(machine.tokens)})`
+      : `${tokens} — your choice`;
+  }
+  if (!machine) return `${tokens} — the default; change it under Answers`;
+  return `${tokens} — chosen for this ${device}'s${memory || " memory"}; change it under Answers`;
+}
+
+/**
+ * The periods offered for "Release the image and audio encoders after", in seconds (the backend's
+ * `TOWER_IDLE_CHOICES` in src-tauri/src/settings.rs, which refuses any other).
+ */
+export const TOWER_IDLE_CHOICES = [0, 30, 300, 1800];
+
+/** When the encoders go now, and whose choice that is, in words. */
+export function describeTowerIdle(idle: TowerIdle): string {
+  const when =
+    idle.secs === 0
+      ? "Released right after the question that used them"
+      : `Released ${formatTowerIdle(idle.secs)} after their last use`;
+  return `${when} (${idle.chosen ? "your choice" : "the default for this machine's memory"}).`;
+}
+
+/** "30 seconds", "5 minutes", "right after the question". */
+export function formatTowerIdle(secs: number): string {
+  if (secs === 0) return "right after the question";
+  if (secs < 60) return `${secs} seconds`;
+  const minutes = Math.round(secs / 60);
+  return minutes === 1 ? "1 minute" : `${minutes} minutes`;
+}
 
 export class ModelPanel {
   readonly element = el("section", {
@@ -87,9 +138,15 @@ export class ModelPanel {
     private readonly handlers: ModelPanelHandlers,
     /** Model folders loaded lately, newest first. */
     private readonly recent: Value<RecentModel[]>,
+    /** The answer settings as they apply (the context length's fact). */
+    private readonly settings: Value<Settings | null> = new Value<Settings | null>(null),
   ) {
     model.subscribe(() => this.render());
     recent.subscribe(() => this.render());
+    settings.subscribe((value) => {
+      const fact = this.element.querySelector(`[data-fact="${CONTEXT_FACT}"]`);
+      if (fact && value) fact.textContent = describeContextLength(value);
+    });
     this.render();
   }
 
@@ -129,8 +186,10 @@ export class ModelPanel {
             ...[
               ...describeCheckpoint(state.checkpoint, state.contextWindow),
               [MEMORY_FACT, describeMemory(this.memory)] as [string, string],
+              ...this.contextFact(),
             ].flatMap(([label, value]) => [el("dt", {}, label), el("dd", { "data-fact": label }, value)]),
           ),
+          this.towerIdleField(state.towerIdle),
           this.answering()
             ? el("p", { class: "field-help" }, "Switching stops the answer being written; what it wrote is kept.")
             : "",
@@ -168,6 +227,39 @@ export class ModelPanel {
           this.recentRow(null),
         ];
     }
+  }
+
+  /** The context length and where it comes from, once the settings are read. */
+  private contextFact(): [string, string][] {
+    const settings = this.settings.get();
+    return settings ? [[CONTEXT_FACT, describeContextLength(settings)]] : [];
+  }
+
+  /** "Release the image and audio encoders after": applied at once (docs/SETTINGS.md). */
+  private towerIdleField(idle: TowerIdle): HTMLElement {
+    const id = "model-tower-idle";
+    const select = el(
+      "select",
+      { id, "data-testid": "model-tower-idle", disabled: this.busy },
+      el("option", { value: "" }, `The default here (${formatTowerIdle(idle.machineSecs)})`),
+      ...TOWER_IDLE_CHOICES.map((secs) => el("option", { value: String(secs) }, formatTowerIdle(secs))),
+    );
+    select.value = idle.chosen ? String(idle.secs) : "";
+    select.addEventListener("change", () => {
+      const secs = select.value === "" ? null : Number(select.value);
+      void this.run(() => this.handlers.setTowerIdle(secs));
+    });
+    return el(
+      "div",
+      { class: "field" },
+      el("label", { for: id }, "Release the image and audio encoders after"),
+      select,
+      el(
+        "p",
+        { class: "field-help", "data-testid": "model-tower-idle-help" },
+        `${describeTowerIdle(idle)} Kept, they hold memory (about 0.9 GB for Gemma 4 E4B); released, the next image or recording reads them again first.`,
+      ),
+    );
   }
 
   /** "Recent models": the folders loaded lately other than `inUse`, one button each. */

@@ -15,6 +15,8 @@ const PANELS_WAIT_MS = 1000;
 
 type NumberKey = "temperature" | "topP" | "topK" | "maxTokens" | "contextLength";
 
+const CONTEXT_HELP = "Tokens of conversation the model keeps in view. Longer uses more memory.";
+
 /** A number setting as the form shows it; its limits come from the backend (`SettingsLimits`). */
 interface NumberField {
   key: NumberKey;
@@ -61,12 +63,26 @@ const NUMBER_FIELDS: NumberField[] = [
   {
     key: "contextLength",
     label: "Context length",
-    help: "Tokens of conversation the model keeps in view. Longer uses more memory.",
+    help: CONTEXT_HELP,
     step: 1,
     integer: true,
     slider: false,
   },
 ];
+
+/**
+ * The context length's help, with where its value comes from: "8,192 was chosen for this Mac's
+ * 8 GB; change it here." until the user sets one.
+ */
+export function contextLengthHelp(settings: Settings): string {
+  const machine = settings.machineContext;
+  if (!machine) return CONTEXT_HELP;
+  const device = machine.mac ? "Mac" : "computer";
+  const tokens = machine.tokens.toLocaleString("en-US");
+  if (settings.contextLengthChosen) return `${CONTEXT_HELP} Your choice; this ${device}'s default is ${tokens}.`;
+  const memory = machine.memoryBytes ? `${Math.round(machine.memoryBytes / 2 ** 30)} GB` : "memory";
+  return `${CONTEXT_HELP} ${tokens} was chosen for this ${device}'s ${memory}; change it here.`;
+}
 
 /** Field errors in words, keyed by setting; empty when the settings are valid. */
 export function validateSettings(settings: Settings, limits: SettingsLimits): Partial<Record<keyof Settings, string>> {
@@ -107,6 +123,15 @@ export class SettingsDialog {
     "Save",
   );
   private opener: HTMLElement | null = null;
+  /** The settings as read; whether the context length was typed since (then it is the user's). */
+  private loaded: Settings | null = null;
+  private contextTyped = false;
+  private contextHelp: HTMLElement | null = null;
+  private readonly contextDefault = el(
+    "button",
+    { type: "button", class: "link", hidden: true, "data-testid": "setting-contextLength-default" },
+    "Use the default",
+  );
 
   constructor(
     private readonly handlers: SettingsDialogHandlers,
@@ -202,8 +227,13 @@ export class SettingsDialog {
   }
 
   private fill(settings: Settings): void {
+    this.loaded = settings;
+    this.contextTyped = false;
+    this.contextHelp?.replaceChildren(contextLengthHelp(settings));
+    this.contextDefault.hidden = !(settings.contextLengthChosen && settings.machineContext);
     for (const [key, input] of this.inputs) {
       const value = settings[key];
+      if (typeof value === "object") continue; // the machine's context: shown in words, not a field
       if (input instanceof HTMLInputElement && input.type === "checkbox") input.checked = Boolean(value);
       else input.value = String(value);
       if (input instanceof HTMLInputElement) this.syncSlider(input);
@@ -223,6 +253,8 @@ export class SettingsDialog {
       contextLength: number("contextLength"),
       thinking: thinking instanceof HTMLInputElement ? thinking.checked : false,
       imageTokenBudget: number("imageTokenBudget"),
+      contextLengthChosen: this.contextTyped || (this.loaded?.contextLengthChosen ?? false),
+      machineContext: this.loaded?.machineContext ?? null,
     };
   }
 
@@ -326,6 +358,7 @@ export class SettingsDialog {
     });
     this.inputs.set(field.key, input);
     const row = el("div", { class: "field-row" });
+    if (field.key === "contextLength") this.contextField(input, helpEl);
     if (field.slider) {
       const slider = el("input", {
         type: "range",
@@ -341,7 +374,24 @@ export class SettingsDialog {
       row.append(slider);
     }
     row.append(input);
-    return el("div", { class: "field" }, el("label", { for: id }, field.label), row, helpEl, errorEl);
+    const reset = field.key === "contextLength" ? this.contextDefault : "";
+    return el("div", { class: "field" }, el("label", { for: id }, field.label), row, helpEl, reset, errorEl);
+  }
+
+  /** The context length typed is the user's; "Use the default" goes back to the machine's. */
+  private contextField(input: HTMLInputElement, help: HTMLElement): void {
+    input.addEventListener("input", () => (this.contextTyped = true));
+    this.contextDefault.addEventListener("click", () => {
+      const machine = this.loaded?.machineContext;
+      if (!this.loaded || !machine) return;
+      this.loaded = { ...this.loaded, contextLengthChosen: false };
+      this.contextTyped = false;
+      input.value = String(machine.tokens);
+      help.replaceChildren(contextLengthHelp({ ...this.loaded, contextLength: machine.tokens }));
+      this.contextDefault.hidden = true;
+      this.revalidate();
+    });
+    this.contextHelp = help;
   }
 
   /** Puts the backend's limits on the fields: each number's range, the image budgets offered. */

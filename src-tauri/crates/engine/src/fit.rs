@@ -90,14 +90,26 @@ pub struct Needs {
     pub ple_table: u64,
     /// The vision and audio towers: held while a question with an image or a recording is read.
     pub towers: u64,
-    /// K/V bytes a position adds in each full-attention layer, summed over them.
-    kv_full_per_position: f64,
-    /// K/V bytes of the sliding layers' buffers (their window, whatever the context).
-    kv_sliding: u64,
+    /// The K/V cache of each layer that owns one.
+    kv_layers: Vec<KvLayer>,
+}
+
+/// One layer's K/V cache, in the terms `gemma::Model::kv_bytes` counts it in.
+#[derive(Debug, Clone, PartialEq)]
+struct KvLayer {
+    /// K and V values a position adds (2 × K/V heads × head size).
+    values_per_position: usize,
+    /// Bytes a value takes: the activation dtype's, or with quantized K/V its bits plus a
+    /// scale and a bias (in the dtype) per group.
+    bytes_per_value: f64,
+    /// Positions held whatever the context (a sliding layer's buffer); `None`: a full layer's,
+    /// which grows with the context.
+    fixed: Option<usize>,
 }
 
 impl Needs {
-    /// Reads `dir`'s config and safetensors headers (not its weights) for a load with `options`.
+    /// Reads `dir`'s config and safetensors headers (not its weights) for a load with `options`
+    /// (and, with `options.kv_quantization`, its `kv_config.json`).
     pub fn of(dir: &Path, options: &LoadOptions) -> gemma::Result<Self> {
         let config = Config::load(dir)?;
         let headers = headers(dir)?;
@@ -109,13 +121,10 @@ impl Needs {
                 .map_or(0, |(_, bytes)| *bytes)
         };
         let ple_table = part("PLE table");
-        let mut weights = part("decoder layers")
+        let weights = part("decoder layers")
             + part("embedding / tied head")
             + part("PLE projection")
             + part("other");
-        if options.ple_resident {
-            weights += ple_table;
-        }
         let towers = part("vision tower")
             + if config.audio.is_some() {
                 part("audio tower")
@@ -123,7 +132,8 @@ impl Needs {
                 0
             };
         // The K/V caches in the activation dtype (bf16 unless the checkpoint computes in
-        // float32), as `gemma::Model::kv_bytes` counts them; quantized K/V only makes them smaller.
+        // float32), with the opt-in K/V bits where asked for, as `gemma::Model::kv_bytes`
+        // counts them.
         let dtype_bytes = match options.dtype {
             Some(mlx_rs::Dtype::Float32) => 4.0,
             Some(_) => 2.0,
@@ -137,35 +147,58 @@ impl Needs {
             },
         };
         let text = &config.text;
-        let table = gemma::layers::layer_table(text)?;
-        let per_layer = |head_dim: usize| 2.0 * (text.num_key_value_heads * head_dim) as f64;
-        let owning = table.iter().filter(|l| l.owns_kv());
-        let kv_full_per_position = owning
-            .clone()
-            .filter(|l| l.kind == AttentionKind::Full)
-            .map(|l| per_layer(l.head_dim) * dtype_bytes)
-            .sum();
-        let kv_sliding = owning
-            .filter(|l| l.kind == AttentionKind::Sliding)
-            .map(|l| {
-                let held = gemma::cache::sliding_capacity(text.sliding_window) as f64;
-                (held * per_layer(l.head_dim) * dtype_bytes).ceil() as u64
+        let mut table = gemma::layers::layer_table(text)?;
+        if options.kv_quantization {
+            gemma::model::apply_kv_config(dir, &mut table)?;
+        }
+        let kv_layers = table
+            .iter()
+            .filter(|l| l.owns_kv())
+            .map(|l| KvLayer {
+                values_per_position: 2 * text.num_key_value_heads * l.head_dim,
+                bytes_per_value: match l.kv_quant {
+                    Some(q) => q.bits as f64 / 8.0 + 2.0 * dtype_bytes / q.group_size as f64,
+                    None => dtype_bytes,
+                },
+                fixed: (l.kind == AttentionKind::Sliding)
+                    .then(|| gemma::cache::sliding_capacity(text.sliding_window)),
             })
-            .sum();
-        Ok(Self {
+            .collect();
+        let needs = Self {
             weights,
             ple_table,
             towers,
-            kv_full_per_position,
-            kv_sliding,
+            kv_layers,
+        };
+        Ok(if options.ple_resident {
+            needs.with_ple_table()
+        } else {
+            needs
         })
     }
 
+    /// The same needs for a load that holds the per-layer token table in MLX memory
+    /// (`LoadOptions::ple_resident`): what [`Needs::of`] gives with it, without reading the
+    /// headers again.
+    pub fn with_ple_table(self) -> Self {
+        Self {
+            weights: self.weights + self.ple_table,
+            ..self
+        }
+    }
+
     /// K/V bytes of one conversation of `positions` (the full layers' buffers grow in steps of
-    /// `gemma::cache::FULL_STEP`).
+    /// `gemma::cache::FULL_STEP`; the sliding layers' hold their window).
     pub fn kv_bytes(&self, positions: usize) -> u64 {
-        let full = gemma::cache::full_capacity(positions) as f64 * self.kv_full_per_position;
-        full.ceil() as u64 + self.kv_sliding
+        self.kv_layers
+            .iter()
+            .map(|l| {
+                let held = l
+                    .fixed
+                    .unwrap_or_else(|| gemma::cache::full_capacity(positions));
+                ((held * l.values_per_position) as f64 * l.bytes_per_value).ceil() as u64
+            })
+            .sum()
     }
 
     /// Everything held with a conversation of `context` positions: weights, its K/V, and room
@@ -347,16 +380,26 @@ mod tests {
     const GB: u64 = 1_000_000_000;
 
     /// E4B at 4 bits as the mlx-community layout stores it (bench/results.md): ~2.9 GB held,
-    /// the PLE table 1.59 GB, towers ~0.9 GB; 4 full layers of 2 KV heads of 512, 20 sliding.
+    /// the PLE table 1.59 GB, towers ~0.9 GB; 4 full layers of 2 KV heads of 512, 20 sliding
+    /// of 256 holding 640 positions; bf16 K/V.
     fn e4b() -> Needs {
+        let layer = |head_dim: usize, fixed: Option<usize>| KvLayer {
+            values_per_position: 2 * 2 * head_dim,
+            bytes_per_value: 2.0,
+            fixed,
+        };
         Needs {
             weights: 2_900_000_000,
             ple_table: 1_590_000_000,
             towers: 900_000_000,
-            kv_full_per_position: 4.0 * 2.0 * 2.0 * 512.0 * 2.0,
-            kv_sliding: 20 * 2 * 2 * 256 * 2 * 640,
+            kv_layers: std::iter::repeat_n(layer(512, None), 4)
+                .chain(std::iter::repeat_n(layer(256, Some(640)), 20))
+                .collect(),
         }
     }
+
+    /// Bytes of the sliding layers' buffers in [`e4b`].
+    const E4B_SLIDING: u64 = 20 * 2 * 2 * 256 * 2 * 640;
 
     fn mac(memory: u64, working_set: u64, architecture: &str) -> DeviceInfo {
         DeviceInfo {
@@ -412,7 +455,7 @@ mod tests {
         // 4 full layers × 2 (K, V) × 2 heads × 512 × 2 bytes = 16 KiB a position.
         assert_eq!(needs.kv_bytes(16_384) - needs.kv_bytes(8192), 8192 * 16_384);
         assert_eq!(
-            needs.kv_bytes(1) - needs.kv_sliding,
+            needs.kv_bytes(1) - E4B_SLIDING,
             256 * 16_384,
             "a 256-position step"
         );

@@ -458,8 +458,9 @@ fn is_unused(name: &str, shared_layers: &[usize], has_audio: bool) -> bool {
 }
 
 /// Reads `kv_config.json` (a list of `{layer_idx, bits, group_size}` for cache-owning layers)
-/// into the layer table, if the file exists.
-fn apply_kv_config(dir: &Path, table: &mut [LayerSpec]) -> Result<()> {
+/// into the layer table, if the file exists (`LoadOptions::kv_quantization`; also read by the
+/// fit estimate before a load).
+pub fn apply_kv_config(dir: &Path, table: &mut [LayerSpec]) -> Result<()> {
     #[derive(serde::Deserialize)]
     struct Entry {
         layer_idx: usize,
