@@ -4,12 +4,14 @@
 //! docs/TOOLS.md tells how a call travels.
 
 pub mod config;
+pub mod declare;
 pub mod hub;
 pub mod search_path;
 
 pub use config::{
     check_loopback_url, import_mcp_servers, ConfigError, ServerConfig, TransportConfig,
 };
+pub use declare::Declared;
 pub use hub::{
     CallError, CallOptions, CallOutcome, Hub, HubEvent, ServerState, StartError, ToolInfo,
 };

@@ -585,3 +585,53 @@ async fn no_server_process_outlives_the_hub() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamable_http_on_loopback() {
+    let entry = installed("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    // A free port: bound, then released for the server.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = tokio::process::Command::new("node")
+        .args([&entry, "streamableHttp"])
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "server-everything did not listen on {port}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (hub, _events) = hub();
+    let config = ServerConfig {
+        name: "everything-http".into(),
+        enabled: true,
+        transport: TransportConfig::Http {
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        },
+    };
+    let n = hub.start(&config).await.unwrap();
+    assert!(n >= 5, "{n} tools");
+    let out = hub
+        .call(
+            "everything-http",
+            "get-sum",
+            args(json!({"a": 20, "b": 22})),
+            &options("h", 20),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert!(out.text.contains("42"), "{}", out.text);
+    hub.shutdown();
+    server.kill().await.unwrap();
+}
