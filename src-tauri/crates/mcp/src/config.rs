@@ -48,6 +48,20 @@ impl ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// The config without its environment variables' values (they often hold API keys): what
+    /// may leave the machine in a plain export. The names stay, so the user knows what to set.
+    pub fn without_secrets(&self) -> ServerConfig {
+        let mut out = self.clone();
+        if let TransportConfig::Stdio { env, .. } = &mut out.transport {
+            for value in env.values_mut() {
+                value.clear();
+            }
+        }
+        out
+    }
+}
+
 fn shell_quote(word: &str) -> String {
     let plain = !word.is_empty()
         && word
@@ -201,6 +215,21 @@ mod tests {
             panic!("time is stdio")
         };
         assert_eq!(env["TZ"], "Europe/Paris");
+    }
+
+    #[test]
+    fn exports_carry_env_names_without_values() {
+        let text = r#"{"mcpServers": {"gh": {"command": "gh-mcp", "env": {"GITHUB_TOKEN": "ghp_secret"}}}}"#;
+        let server = &import_mcp_servers(text).unwrap()[0];
+        let plain = serde_json::to_string(&server.without_secrets()).unwrap();
+        assert!(!plain.contains("ghp_secret"), "{plain}");
+        assert!(plain.contains("GITHUB_TOKEN"), "{plain}");
+        // The stored config keeps the value, and round-trips.
+        let stored = serde_json::to_string(server).unwrap();
+        assert_eq!(
+            &serde_json::from_str::<ServerConfig>(&stored).unwrap(),
+            server
+        );
     }
 
     #[test]

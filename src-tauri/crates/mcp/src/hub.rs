@@ -205,9 +205,16 @@ impl Hub {
     }
 
     /// Starts `config` (stopping a running server of that name first), initializes it and lists
-    /// its tools. On failure the server's state says why, with its stderr tail and a hint.
+    /// its tools. A server that is not `enabled` is not started. On failure the server's state says why, with its stderr tail and a hint.
     pub async fn start(self: &Arc<Self>, config: &ServerConfig) -> Result<usize, StartError> {
         self.stop(&config.name).await;
+        if !config.enabled {
+            return Err(StartError {
+                error: "the server is switched off".into(),
+                stderr_tail: String::new(),
+                hint: "Switch it on in Settings → Tools (its command line is shown there).".into(),
+            });
+        }
         self.set_state(&config.name, ServerState::Starting, None);
         match self.connect(config).await {
             Ok(conn) => {
@@ -328,7 +335,7 @@ impl Hub {
                         "Check the command and its working folder in the server's settings.",
                     )
                 })?;
-                let group = ProcessGroup(child.id().map(|id| id as i32));
+                let group = ProcessGroup::new(child.id().map(|id| id as i32));
                 let stdout = child.stdout.take().expect("piped");
                 let stdin = child.stdin.take().expect("piped");
                 if let Some(mut err) = child.stderr.take() {
@@ -621,11 +628,20 @@ pub fn cut(text: String, max: usize) -> (String, Option<usize>) {
     (kept, Some(total))
 }
 
-struct ProcessGroup(Option<i32>);
+/// A stdio server's process group (its id is the server's pid). Killed once: a second signal
+/// could reach a later group that reuses the id.
+struct ProcessGroup(Option<i32>, std::sync::atomic::AtomicBool);
 
 impl ProcessGroup {
+    fn new(pgid: Option<i32>) -> ProcessGroup {
+        ProcessGroup(pgid, std::sync::atomic::AtomicBool::new(false))
+    }
+
     fn kill(&self) {
         if let Some(pgid) = self.0 {
+            if self.1.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
             // SAFETY: killpg only sends a signal; the group is the server's own.
             unsafe {
                 libc::killpg(pgid, libc::SIGKILL);

@@ -504,6 +504,16 @@ async fn tool_list_changes_are_followed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switched_off_server_does_not_start() {
+    let (hub, _events) = hub();
+    let mut config = everything();
+    config.enabled = false;
+    let err = hub.start(&config).await.unwrap_err();
+    assert_eq!(err.error, "the server is switched off");
+    assert_eq!(hub.state("everything"), ServerState::Stopped);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_command_says_which_and_where() {
     let (hub, _events) = hub();
     let err = hub
