@@ -110,14 +110,19 @@ pub enum CallError {
     NoTool { server: String, tool: String },
     #[error("the call was cancelled")]
     Cancelled,
-    #[error("the server gave no answer within {0} s; the call was cancelled")]
-    Timeout(u64),
+    /// The seconds waited, and what the server sent instead of an answer, if it was not JSON-RPC.
+    #[error("the server gave no answer within {0} s; the call was cancelled{note}", note = note(.1))]
+    Timeout(u64, Option<String>),
     #[error("the server stopped during the call{}", tail_note(.stderr_tail))]
     ServerExited { stderr_tail: String },
     #[error("the server answered with an error: {0}")]
     Server(String),
     #[error("the call failed: {0}")]
     Protocol(String),
+}
+
+fn note(what: &Option<String>) -> String {
+    what.as_ref().map(|w| format!(". {w}")).unwrap_or_default()
 }
 
 fn tail_note(tail: &str) -> String {
@@ -153,6 +158,8 @@ struct Connection {
     service: RunningService<RoleClient, Handler>,
     tools: Arc<Mutex<Vec<ToolInfo>>>,
     stderr: Arc<Mutex<Tail>>,
+    /// The last line of its stdout that was not JSON-RPC (the SDK drops such a line).
+    garbled: Arc<Mutex<Option<String>>>,
     /// Killing the process group (stdio servers): on stop, on drop, when the hub ends.
     group: Option<ProcessGroup>,
 }
@@ -291,6 +298,7 @@ impl Hub {
     async fn connect(&self, config: &ServerConfig) -> Result<Connection, StartError> {
         let tools = Arc::new(Mutex::new(Vec::new()));
         let stderr = Arc::new(Mutex::new(Tail::default()));
+        let garbled = Arc::new(Mutex::new(None));
         let handler = Handler {
             server: config.name.clone(),
             tools: tools.clone(),
@@ -354,6 +362,12 @@ impl Hub {
                 tokio::spawn(async move {
                     let _ = child.wait().await;
                 });
+                let stdout = Watched {
+                    inner: stdout,
+                    line: Vec::new(),
+                    overlong: false,
+                    note: garbled.clone(),
+                };
                 let transport = AsyncRwTransport::<RoleClient, _, _>::new(stdout, stdin)
                     .with_max_line_length(MAX_MESSAGE_BYTES);
                 let served =
@@ -424,6 +438,7 @@ impl Hub {
             service,
             tools,
             stderr,
+            garbled,
             group,
         })
     }
@@ -554,7 +569,10 @@ impl Hub {
                 "the server answered with something other than a tool result".into(),
             )),
             Err(ServiceError::McpError(e)) => Err(CallError::Server(e.message.to_string())),
-            Err(ServiceError::Timeout { timeout }) => Err(CallError::Timeout(timeout.as_secs())),
+            Err(ServiceError::Timeout { timeout }) => Err(CallError::Timeout(
+                timeout.as_secs(),
+                conn.garbled.lock().unwrap().take(),
+            )),
             Err(ServiceError::TransportClosed) | Err(ServiceError::TransportSend(_)) => {
                 // Let the stderr reader catch up with the server's last words.
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -626,6 +644,82 @@ pub fn cut(text: String, max: usize) -> (String, Option<usize>) {
         "\n[cut: the result was {total} characters; the first {max} are kept]"
     ));
     (kept, Some(total))
+}
+
+/// Lines of stdout longer than this are not checked (one that long is a result, not noise).
+const CHECKED_LINE_BYTES: usize = 1 << 20;
+
+/// A stdio server's stdout on its way to the SDK, read line by line on the side: a line that
+/// is not JSON (invalid UTF-8 included) is dropped by the SDK, so the call waiting for it would
+/// end in a bare timeout; the line is noted here and the timeout says what came instead.
+struct Watched<R> {
+    inner: R,
+    line: Vec<u8>,
+    overlong: bool,
+    note: Arc<Mutex<Option<String>>>,
+}
+
+impl<R> Watched<R> {
+    fn scan(&mut self, bytes: &[u8]) {
+        for chunk in bytes.split_inclusive(|&b| b == b'\n') {
+            let ends = chunk.last() == Some(&b'\n');
+            let body = if ends {
+                &chunk[..chunk.len() - 1]
+            } else {
+                chunk
+            };
+            if !self.overlong {
+                if self.line.len() + body.len() > CHECKED_LINE_BYTES {
+                    self.overlong = true;
+                    self.line = Vec::new();
+                } else {
+                    self.line.extend_from_slice(body);
+                }
+            }
+            if ends {
+                if !self.overlong {
+                    if let Some(why) = not_json_rpc(&self.line) {
+                        *self.note.lock().unwrap() = Some(why);
+                    }
+                }
+                self.line.clear();
+                self.overlong = false;
+            }
+        }
+    }
+}
+
+/// Why `line` is not a JSON-RPC message, with its start; `None` when it is JSON or blank.
+fn not_json_rpc(line: &[u8]) -> Option<String> {
+    let trimmed = line.trim_ascii();
+    if trimmed.is_empty() {
+        return None;
+    }
+    let why = match std::str::from_utf8(trimmed) {
+        Err(_) => "invalid UTF-8",
+        Ok(text) if serde_json::from_str::<serde::de::IgnoredAny>(text).is_err() => "not JSON",
+        Ok(_) => return None,
+    };
+    let start: String = String::from_utf8_lossy(trimmed).chars().take(120).collect();
+    Some(format!(
+        "It sent a line that is not JSON-RPC ({why}): {start}"
+    ))
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<R> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let poll = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &poll {
+            this.scan(&buf.filled()[before..]);
+        }
+        poll
+    }
 }
 
 /// A stdio server's process group (its id is the server's pid). Killed once: a second signal
@@ -735,6 +829,32 @@ mod tests {
         );
         assert_eq!(total, Some(11));
         assert_eq!(cut("short".into(), 10), ("short".to_string(), None));
+    }
+
+    #[test]
+    fn lines_that_are_not_json_rpc_are_noted_across_reads() {
+        let note = Arc::new(Mutex::new(None));
+        let mut w = Watched {
+            inner: (),
+            line: Vec::new(),
+            overlong: false,
+            note: note.clone(),
+        };
+        w.scan(b"{\"jsonrpc\":\"2.0\",");
+        w.scan(b"\"id\":1}\n\n");
+        assert_eq!(*note.lock().unwrap(), None);
+        w.scan(b"{\"text\":\"\xff\xfe\"}\n");
+        assert_eq!(
+            note.lock().unwrap().take().unwrap(),
+            "It sent a line that is not JSON-RPC (invalid UTF-8): {\"text\":\"\u{fffd}\u{fffd}\"}"
+        );
+        w.scan(b"Debug: listening\n");
+        assert!(note
+            .lock()
+            .unwrap()
+            .take()
+            .unwrap()
+            .contains("(not JSON): Debug: listening"));
     }
 
     #[test]
