@@ -391,14 +391,19 @@ impl Hub {
         let service = match service {
             Ok(Ok(service)) => service,
             Ok(Err(e)) => {
+                let hint = match &config.transport {
+                    TransportConfig::Http { url } => format!(
+                        "Check that the server is running and answers at {url}, then start it again."
+                    ),
+                    _ => "Its last output is shown; run the command in Terminal to see the problem."
+                        .into(),
+                };
                 drop(group);
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 return Err(StartError {
                     error: format!("the server did not start: {e}"),
                     stderr_tail: tail(&stderr),
-                    hint:
-                        "Its last output is shown; run the command in Terminal to see the problem."
-                            .into(),
+                    hint,
                 });
             }
             Err(_) => {
