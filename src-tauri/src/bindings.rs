@@ -59,6 +59,9 @@ fn ui_bindings_are_current() {
     crate::local_api::LocalApiChange::export_all(&config).unwrap();
     crate::local_api::ApiLogEntry::export_all(&config).unwrap();
     crate::local_api::ApiActivity::export_all(&config).unwrap();
+    crate::mcp_servers::ServerView::export_all(&config).unwrap();
+    crate::mcp_servers::ToolView::export_all(&config).unwrap();
+    crate::mcp_servers::McpImported::export_all(&config).unwrap();
 
     let fresh = read_ts_files(fresh_dir.path());
     let committed = read_ts_files(&committed_dir);

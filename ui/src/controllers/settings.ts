@@ -6,6 +6,7 @@ import { el } from "../dom";
 import { FasterPanel } from "../views/faster-answers";
 import { LocalApiPanel } from "../views/local-api";
 import { ModelPanel } from "../views/model-settings";
+import { ToolsPanel } from "../views/tools-settings";
 import { SettingsDialog } from "../views/settings";
 import type { StatusBar } from "../views/status-bar";
 import type { ModelController } from "./model";
@@ -15,6 +16,7 @@ export class SettingsController {
   readonly dialog: SettingsDialog;
   private readonly fasterPanel: FasterPanel;
   private readonly localApiPanel: LocalApiPanel;
+  private readonly toolsPanel: ToolsPanel;
 
   constructor(
     private readonly shared: Shared,
@@ -50,7 +52,16 @@ export class SettingsController {
       log: () => api.apiLog(),
       copy: (text) => copyText(text),
     });
-    const panels = [modelPanel, this.fasterPanel, this.localApiPanel];
+    this.toolsPanel = new ToolsPanel({
+      list: () => api.mcpServers(),
+      tools: (name) => api.mcpTools(name),
+      setEnabled: (name, enabled, confirmed) => api.mcpSetEnabled(name, enabled, confirmed),
+      setToolEnabled: (server, tool, enabled) => api.mcpSetToolEnabled(server, tool, enabled),
+      save: (config, previous) => api.mcpSaveServer(config, previous),
+      remove: (name) => api.mcpRemoveServer(name),
+      importFile: () => api.mcpImportFile(),
+    });
+    const panels = [modelPanel, this.fasterPanel, this.localApiPanel, this.toolsPanel];
     this.dialog = new SettingsDialog(
       { load: () => api.getSettings(), save: (settings) => this.save(settings) },
       state.settingsLimits,
@@ -58,7 +69,12 @@ export class SettingsController {
         element: el("div", {}, ...panels.map((panel) => panel.element)),
         refresh: () => {
           modelPanel.refresh();
-          return Promise.all([model.refreshMemory(), this.fasterPanel.refresh(), this.localApiPanel.refresh()]);
+          return Promise.all([
+            model.refreshMemory(),
+            this.fasterPanel.refresh(),
+            this.localApiPanel.refresh(),
+            this.toolsPanel.refresh(),
+          ]);
         },
       },
     );
@@ -73,6 +89,7 @@ export class SettingsController {
         this.statusBar.setApi(status.running, status.answering);
       }),
       await api.onApiRequest((entry) => this.localApiPanel.logged(entry)),
+      await api.onMcpServer((view) => this.toolsPanel.show(view)),
       await api.onApiActivity(({ answering }) => {
         this.localApiPanel.activity(answering);
         this.statusBar.setApiAnswering(answering);

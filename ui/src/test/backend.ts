@@ -289,6 +289,7 @@ export class FakeBackend {
       return { ...READY, name: recent.name, dir: recent.dir, checkpoint: { ...READY.checkpoint, ...recent } };
     });
     handle("local_api", () => this.localApi);
+    handle("mcp_servers", () => []);
     handle("api_log", () => this.apiLog);
     handle("set_local_api", ({ change }) => {
       const c = change as LocalApiChange;

@@ -158,7 +158,7 @@ export class SettingsDialog {
         el(
           "p",
           { class: "settings-rule", "data-testid": "settings-rule" },
-          "Model, Faster answers and Local API act at once. Save applies the answer settings.",
+          "Model, Faster answers, Local API and Tools act at once. Save applies the answer settings.",
         ),
         cancel,
         this.saveButton,

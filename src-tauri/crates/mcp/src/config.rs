@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 /// One server as the user added it. Nothing starts unless `enabled` is on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct ServerConfig {
     /// Unique among the user's servers: the key of the `mcpServers` object.
     pub name: String,
@@ -17,6 +18,7 @@ pub struct ServerConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TransportConfig {
     /// A child process speaking JSON-RPC on its stdin/stdout.
@@ -28,6 +30,7 @@ pub enum TransportConfig {
         env: BTreeMap<String, String>,
         /// The working folder; the app's when absent.
         #[serde(default)]
+        #[cfg_attr(feature = "ts", ts(type = "string | null"))]
         cwd: Option<PathBuf>,
     },
     /// Streamable HTTP on a loopback address only (`http://127.0.0.1:…`, `localhost`, `[::1]`).

@@ -34,6 +34,7 @@ pub const STDERR_TAIL_BYTES: usize = 4096;
 
 /// What the UI shows for a server.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum ServerState {
     Stopped,
