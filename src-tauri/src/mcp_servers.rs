@@ -19,7 +19,7 @@ const KEY: &str = "mcp_servers";
 
 /// What is stored: the servers as the user added them, the tools switched off and the command
 /// lines the user confirmed. Environment values (often API keys) are stored here, in the local
-/// database only; [`McpServers::export`] leaves them out.
+/// database only, never in a chat export.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 struct Stored {
@@ -377,15 +377,6 @@ impl McpServers {
         self.save(&next)?;
         *stored = next;
         Ok(out)
-    }
-
-    /// The servers as a plain export may carry them: environment values left out.
-    pub fn export(&self) -> Vec<ServerConfig> {
-        self.lock()
-            .servers
-            .iter()
-            .map(ServerConfig::without_secrets)
-            .collect()
     }
 
     /// Ends every server now (the app is quitting): no process is left behind.

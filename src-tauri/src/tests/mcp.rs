@@ -133,13 +133,6 @@ fn a_server_added_confirmed_and_enabled_is_ready_and_its_tool_switch_outlives_a_
         .mcp
         .set_tool_enabled("everything", "echo", false)
         .unwrap();
-    // A plain export carries the names of the environment, never their values.
-    let exported = serde_json::to_string(&state.mcp.export()).unwrap();
-    assert!(
-        exported.contains("API_KEY") && !exported.contains("s3cret"),
-        "{exported}"
-    );
-
     // Quit and start again: the server starts by itself (enabled, confirmed), echo stays off.
     let entry = everything_entry();
     assert!(!pids_of(&entry, &cwd).is_empty(), "the server runs");
