@@ -37,7 +37,7 @@ PYENV := $(DEPS)/py
 
 .PHONY: run test deps system-deps mlx-wheel ui-deps ui py-deps tauri-driver \
         fixtures build-all test-rust test-ui test-parity test-api test-e2e app lint lint-sources \
-        clean-deps api-node-deps
+        clean-deps api-node-deps mcp-test-deps
 
 # ---------------------------------------------------------------- the two commands
 run: deps app
@@ -88,6 +88,19 @@ tests/api/node/node_modules/.installed: tests/api/node/package-lock.json
 	cd tests/api/node && npm ci --no-audit --no-fund
 	touch $@
 
+# Real MCP servers for the mcp crate's tests (src-tauri/crates/mcp/tests): server-everything and
+# server-filesystem from npm (tests/mcp, its own lock file), mcp-server-time from PyPI (its own
+# venv tests/mcp/py, every dependency pinned in tests/mcp/requirements.txt).
+mcp-test-deps: tests/mcp/node_modules/.installed tests/mcp/py/.installed
+tests/mcp/node_modules/.installed: tests/mcp/package-lock.json
+	cd tests/mcp && npm ci --no-audit --no-fund
+	touch $@
+tests/mcp/py/.installed: tests/mcp/requirements.txt
+	rm -rf tests/mcp/py
+	$(PYTHON) -m venv tests/mcp/py
+	tests/mcp/py/bin/pip install -q --disable-pip-version-check -r tests/mcp/requirements.txt
+	touch $@
+
 # The Python reference (mlx-vlm on MLX CPU) for parity tests; never used by the app.
 py-deps: $(PYENV)/.installed
 $(PYENV)/.installed: tests/requirements.txt tests/requirements-nodeps.txt
@@ -128,7 +141,7 @@ build-all: ui
 	@[ -x "$(CLIPPY_DRIVER)" ] || { echo "clippy is missing. Install it with: rustup component add clippy"; exit 1; }
 	$(LINTED) cargo build --workspace --all-targets
 
-test-rust: fixtures build-all
+test-rust: fixtures build-all mcp-test-deps
 	GEMMA_FIXTURES=$(ROOT)/$(FIXTURES) $(LINTED) cargo test --workspace --all-targets
 
 test-ui:

@@ -58,6 +58,13 @@ const COMMANDS: &[&str] = &[
     "show_quick_ask",
     "hide_quick_ask",
     "quick_ask_hand_over",
+    "mcp_servers",
+    "mcp_save_server",
+    "mcp_remove_server",
+    "mcp_set_enabled",
+    "mcp_tools",
+    "mcp_set_tool_enabled",
+    "mcp_import_file",
 ];
 
 fn main() {

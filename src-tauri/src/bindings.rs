@@ -61,6 +61,9 @@ fn ui_bindings_are_current() {
     crate::local_api::ApiActivity::export_all(&config).unwrap();
     crate::speech::SpeechEvent::export_all(&config).unwrap();
     crate::quick_ask::QuickAskShortcut::export_all(&config).unwrap();
+    crate::mcp_servers::ServerView::export_all(&config).unwrap();
+    crate::mcp_servers::ToolView::export_all(&config).unwrap();
+    crate::mcp_servers::McpImported::export_all(&config).unwrap();
 
     let fresh = read_ts_files(fresh_dir.path());
     let committed = read_ts_files(&committed_dir);

@@ -16,6 +16,7 @@ use crate::error::Error;
 use crate::events::Events;
 use crate::faster::FasterAnswers;
 use crate::local_api::{ApiLogEntry, LocalApiChange, LocalApiStatus};
+use crate::mcp_servers::{McpImported, ServerView, ToolView};
 use crate::memory::{self, MemoryUsage};
 use crate::model_setup::{ModelState, RecentModel};
 use crate::quick_ask::{self, QuickAskShortcut};
@@ -537,4 +538,80 @@ pub fn quick_ask_hand_over(
     conversation_id: String,
 ) -> Result<(), Error> {
     quick_ask::hand_over(&app, &state.store, &conversation_id)
+}
+
+/// Settings → Tools: every MCP server with its state.
+#[tauri::command]
+pub fn mcp_servers(state: Shared<'_>) -> Vec<ServerView> {
+    state.mcp.list()
+}
+
+/// Adds a server, or edits the one named `previous`.
+#[tauri::command]
+pub async fn mcp_save_server(
+    state: Shared<'_>,
+    config: mcp::ServerConfig,
+    previous: Option<String>,
+) -> Result<ServerView, Error> {
+    let mcp = state.mcp.clone();
+    blocking(move || mcp.save_server(config, previous.as_deref())).await
+}
+
+#[tauri::command]
+pub async fn mcp_remove_server(state: Shared<'_>, name: String) -> Result<(), Error> {
+    let mcp = state.mcp.clone();
+    blocking(move || mcp.remove(&name)).await
+}
+
+/// Switches a server on or off; the first start needs the command line the user confirmed.
+#[tauri::command]
+pub async fn mcp_set_enabled(
+    state: Shared<'_>,
+    name: String,
+    enabled: bool,
+    confirmed_command_line: Option<String>,
+) -> Result<ServerView, Error> {
+    let mcp = state.mcp.clone();
+    blocking(move || mcp.set_enabled(&name, enabled, confirmed_command_line.as_deref())).await
+}
+
+#[tauri::command]
+pub fn mcp_tools(state: Shared<'_>, name: String) -> Vec<ToolView> {
+    state.mcp.tools(&name)
+}
+
+#[tauri::command]
+pub fn mcp_set_tool_enabled(
+    state: Shared<'_>,
+    server: String,
+    tool: String,
+    enabled: bool,
+) -> Result<(), Error> {
+    state.mcp.set_tool_enabled(&server, &tool, enabled)
+}
+
+/// Imports the `mcpServers` of a file the user picks (Claude Desktop's
+/// `claude_desktop_config.json`, LM Studio's `mcp.json`, Cursor's); `None` when cancelled.
+#[tauri::command]
+pub async fn mcp_import_file(
+    app: AppHandle,
+    state: Shared<'_>,
+) -> Result<Option<McpImported>, Error> {
+    let mcp = state.mcp.clone();
+    blocking(move || {
+        let Some(picked) = transfer::in_start_folder(&app, app.dialog().file())
+            .set_title("Import MCP servers")
+            .add_filter("MCP configuration", &["json"])
+            .blocking_pick_file()
+        else {
+            return Ok(None);
+        };
+        let path = picked
+            .into_path()
+            .map_err(|e| Error::Invalid(format!("not a file on this computer: {e}")))?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::Invalid(format!("could not read {}: {e}", path.display())))?;
+        mcp.import(&text).map(Some)
+    })
+    .await
 }

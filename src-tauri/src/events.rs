@@ -10,6 +10,7 @@ use crate::attachments::DropEvent;
 use crate::chat::GenerationEvent;
 use crate::faster::FasterAnswers;
 use crate::local_api::{ApiActivity, ApiLogEntry, LocalApi, LocalApiStatus};
+use crate::mcp_servers::ServerView;
 use crate::model_setup::ModelState;
 
 /// Event names the UI listens to.
@@ -20,6 +21,7 @@ pub const FASTER_ANSWERS: &str = "faster-answers";
 pub const LOCAL_API: &str = "local-api";
 pub const API_REQUEST: &str = "api-request";
 pub const API_ACTIVITY: &str = "api-activity";
+pub const MCP_SERVER: &str = "mcp-server";
 
 /// Where events go.
 pub trait Events: Send + Sync + 'static {
@@ -34,6 +36,8 @@ pub trait Events: Send + Sync + 'static {
     fn api_request(&self, entry: &ApiLogEntry);
     /// How many local API answers are asked for now.
     fn api_activity(&self, activity: &ApiActivity);
+    /// An MCP server's state changed (starting, ready with its tools, failed, stopped).
+    fn mcp_server(&self, view: &ServerView);
 }
 
 impl Events for AppHandle {
@@ -63,6 +67,10 @@ impl Events for AppHandle {
 
     fn api_activity(&self, activity: &ApiActivity) {
         emit(self, API_ACTIVITY, activity);
+    }
+
+    fn mcp_server(&self, view: &ServerView) {
+        emit(self, MCP_SERVER, view);
     }
 }
 
@@ -96,6 +104,9 @@ impl Events for FollowModel {
     fn api_activity(&self, activity: &ApiActivity) {
         self.inner.api_activity(activity);
     }
+    fn mcp_server(&self, view: &ServerView) {
+        self.inner.mcp_server(view);
+    }
 }
 
 fn emit(app: &AppHandle, name: &str, payload: &impl Serialize) {
@@ -120,6 +131,7 @@ pub mod recorded {
         LocalApi(LocalApiStatus),
         ApiRequest(ApiLogEntry),
         ApiActivity(ApiActivity),
+        McpServer(ServerView),
     }
 
     #[derive(Default)]
@@ -169,6 +181,12 @@ pub mod recorded {
                 .lock()
                 .unwrap()
                 .push(Recorded::ApiActivity(*activity));
+        }
+        fn mcp_server(&self, view: &ServerView) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(Recorded::McpServer(view.clone()));
         }
     }
 }

@@ -16,6 +16,7 @@ mod launch;
 mod launch_error;
 mod links;
 mod local_api;
+mod mcp_servers;
 mod memory;
 mod mock_microphone;
 mod model_setup;
@@ -115,6 +116,13 @@ fn run() -> anyhow::Result<()> {
             commands::set_last_open,
             commands::quit,
             commands::local_api,
+            commands::mcp_servers,
+            commands::mcp_save_server,
+            commands::mcp_remove_server,
+            commands::mcp_set_enabled,
+            commands::mcp_tools,
+            commands::mcp_set_tool_enabled,
+            commands::mcp_import_file,
             commands::set_local_api,
             commands::regenerate_api_key,
             commands::api_log,
@@ -198,6 +206,8 @@ fn run() -> anyhow::Result<()> {
                 if let Some(state) = handle.try_state::<AppState>() {
                     state.chat.shutdown();
                     state.local_api.shutdown();
+                    // Every MCP server's process group ends with the app.
+                    state.mcp.shutdown();
                 }
                 // The speech command is a process of its own: it would go on talking.
                 if let Some(speaker) = handle.try_state::<speech::Speaker>() {

@@ -11,6 +11,7 @@ use crate::chat::Chat;
 use crate::data_dir::DataDir;
 use crate::events::{Events, FollowModel};
 use crate::local_api::LocalApi;
+use crate::mcp_servers::McpServers;
 use crate::model_setup::Models;
 
 /// The hub the default model is downloaded from.
@@ -24,6 +25,8 @@ pub struct AppState {
     pub chat: Arc<Chat>,
     pub attachments: Arc<Attachments>,
     pub local_api: Arc<LocalApi>,
+    /// Settings → Tools: the MCP servers the user added.
+    pub mcp: Arc<McpServers>,
 }
 
 impl AppState {
@@ -49,6 +52,7 @@ impl AppState {
             inner: events,
             api: local_api.clone(),
         });
+        let mcp = McpServers::open(store.clone(), events.clone())?;
         let models = Arc::new(Models::new(
             engine.clone(),
             store.clone(),
@@ -72,6 +76,7 @@ impl AppState {
             chat,
             attachments,
             local_api,
+            mcp,
         })
     }
 }

@@ -23,6 +23,10 @@ import type { FasterAnswers } from "./bindings/FasterAnswers";
 import type { GenerationEvent } from "./bindings/GenerationEvent";
 import type { ImportReport } from "./bindings/ImportReport";
 import type { LocalApiChange } from "./bindings/LocalApiChange";
+import type { McpImported } from "./bindings/McpImported";
+import type { ServerConfig } from "./bindings/ServerConfig";
+import type { ServerView } from "./bindings/ServerView";
+import type { ToolView } from "./bindings/ToolView";
 import type { LocalApiStatus } from "./bindings/LocalApiStatus";
 import type { Imported } from "./bindings/Imported";
 import type { MemoryUsage } from "./bindings/MemoryUsage";
@@ -485,6 +489,47 @@ export function onQuickAskShown(handler: () => void): Promise<UnlistenFn> {
 /** (Main window) the quick-ask window handed this conversation over: show it. */
 export function onOpenConversation(handler: (conversationId: string) => void): Promise<UnlistenFn> {
   return listen<string>("open-conversation", (event) => handler(event.payload));
+}
+
+/** Settings → Tools: every MCP server with its state. */
+export function mcpServers(): Promise<ServerView[]> {
+  return call("mcp_servers");
+}
+
+/** The tools of a ready server, each with its switch. */
+export function mcpTools(name: string): Promise<ToolView[]> {
+  return call("mcp_tools", { name });
+}
+
+/** Starts or stops a server; its first start needs the command line the user confirmed. */
+export function mcpSetEnabled(
+  name: string,
+  enabled: boolean,
+  confirmedCommandLine: string | null,
+): Promise<ServerView> {
+  return call("mcp_set_enabled", { name, enabled, confirmedCommandLine });
+}
+
+export function mcpSetToolEnabled(server: string, tool: string, enabled: boolean): Promise<void> {
+  return call("mcp_set_tool_enabled", { server, tool, enabled });
+}
+
+/** Adds a server, or edits the one named `previous`. */
+export function mcpSaveServer(config: ServerConfig, previous: string | null): Promise<ServerView> {
+  return call("mcp_save_server", { config, previous });
+}
+
+export function mcpRemoveServer(name: string): Promise<void> {
+  return call("mcp_remove_server", { name });
+}
+
+/** Imports the `mcpServers` of a file the user picks; null when cancelled. */
+export function mcpImportFile(): Promise<McpImported | null> {
+  return call("mcp_import_file");
+}
+
+export function onMcpServer(handler: (view: ServerView) => void): Promise<UnlistenFn> {
+  return listen<ServerView>("mcp-server", (event) => handler(event.payload));
 }
 
 export type { UnlistenFn };

@@ -11,6 +11,9 @@ mod download;
 mod export;
 mod faster;
 mod machine;
+// Finds the servers' processes in /proc.
+#[cfg(target_os = "linux")]
+mod mcp;
 mod model;
 mod quick_ask;
 mod versions;

@@ -42,14 +42,14 @@ describe("settings", () => {
     const body = $("settings-body") as HTMLElement;
     const footer = $("settings-footer") as HTMLElement;
     // Every section scrolls inside the body; the footer is beside it, never in it.
-    for (const panel of ["model-panel", "faster-panel", "local-api-panel"])
+    for (const panel of ["model-panel", "faster-panel", "local-api-panel", "tools-panel"])
       expect(body.contains($(panel)), panel).toBe(true);
     expect(body.contains($("setting-temperature"))).toBe(true);
     expect(body.contains(footer)).toBe(false);
     expect(footer.contains($("settings-save"))).toBe(true);
     expect(footer.contains($("settings-cancel"))).toBe(true);
     expect($("settings-rule")?.textContent).toBe(
-      "Model, Faster answers, Local API and Quick ask act at once. Save applies the answer settings.",
+      "Model, Faster answers, Local API, Quick ask and Tools act at once. Save applies the answer settings.",
     );
     // Save, outside the form, still submits it.
     ($("setting-topK") as HTMLInputElement).value = "20";

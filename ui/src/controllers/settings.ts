@@ -7,6 +7,7 @@ import { FasterPanel } from "../views/faster-answers";
 import { LocalApiPanel } from "../views/local-api";
 import { ModelPanel } from "../views/model-settings";
 import { QuickAskPanel } from "../quick/settings-panel";
+import { ToolsPanel } from "../views/tools-settings";
 import { SettingsDialog } from "../views/settings";
 import type { StatusBar } from "../views/status-bar";
 import type { ModelController } from "./model";
@@ -16,6 +17,7 @@ export class SettingsController {
   readonly dialog: SettingsDialog;
   private readonly fasterPanel: FasterPanel;
   private readonly localApiPanel: LocalApiPanel;
+  private readonly toolsPanel: ToolsPanel;
 
   constructor(
     private readonly shared: Shared,
@@ -66,7 +68,22 @@ export class SettingsController {
       set: (shortcut) => api.setQuickAskShortcut(shortcut),
       open: () => api.showQuickAsk(),
     });
-    const panels = [modelPanel, this.fasterPanel, this.localApiPanel, quickAskPanel];
+    this.toolsPanel = new ToolsPanel({
+      list: () => api.mcpServers(),
+      tools: (name) => api.mcpTools(name),
+      setEnabled: (name, enabled, confirmed) => api.mcpSetEnabled(name, enabled, confirmed),
+      setToolEnabled: (server, tool, enabled) => api.mcpSetToolEnabled(server, tool, enabled),
+      save: (config, previous) => api.mcpSaveServer(config, previous),
+      remove: (name) => api.mcpRemoveServer(name),
+      importFile: () => api.mcpImportFile(),
+    });
+    const panels = [
+      modelPanel,
+      this.fasterPanel,
+      this.localApiPanel,
+      quickAskPanel,
+      this.toolsPanel,
+    ];
     this.dialog = new SettingsDialog(
       {
         load: async () => {
@@ -86,6 +103,7 @@ export class SettingsController {
             this.fasterPanel.refresh(),
             this.localApiPanel.refresh(),
             quickAskPanel.refresh(),
+            this.toolsPanel.refresh(),
           ]);
         },
       },
@@ -101,6 +119,7 @@ export class SettingsController {
         this.statusBar.setApi(status.running, status.answering);
       }),
       await api.onApiRequest((entry) => this.localApiPanel.logged(entry)),
+      await api.onMcpServer((view) => this.toolsPanel.show(view)),
       await api.onApiActivity(({ answering }) => {
         this.localApiPanel.activity(answering);
         this.statusBar.setApiAnswering(answering);

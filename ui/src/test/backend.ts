@@ -300,6 +300,7 @@ export class FakeBackend {
       return model;
     });
     handle("local_api", () => this.localApi);
+    handle("mcp_servers", () => []);
     handle("api_log", () => this.apiLog);
     handle("set_local_api", ({ change }) => {
       const c = change as LocalApiChange;

@@ -183,7 +183,7 @@ export class SettingsDialog {
         el(
           "p",
           { class: "settings-rule", "data-testid": "settings-rule" },
-          "Model, Faster answers, Local API and Quick ask act at once. Save applies the answer settings.",
+          "Model, Faster answers, Local API, Quick ask and Tools act at once. Save applies the answer settings.",
         ),
         cancel,
         this.saveButton,
