@@ -37,14 +37,14 @@ PYENV := $(DEPS)/py
 
 .PHONY: run test deps system-deps mlx-wheel ui-deps ui py-deps tauri-driver \
         fixtures build-all test-rust test-ui test-parity test-api test-e2e app lint lint-sources \
-        clean-deps api-node-deps
+        clean-deps api-node-deps documents-corpus test-documents
 
 # ---------------------------------------------------------------- the two commands
 run: deps app
 	$(APP)
 
 test: deps ui py-deps tauri-driver
-	$(MAKE) lint test-rust test-ui test-parity test-api test-e2e
+	$(MAKE) lint test-rust test-documents test-ui test-parity test-api test-e2e
 
 # ---------------------------------------------------------------- prerequisites
 deps: system-deps mlx-wheel ui-deps
@@ -147,6 +147,14 @@ test-parity: fixtures build-all
 # (tests/api/node), against `gemma-desk-cli serve` on the tiny model.
 test-api: fixtures build-all api-node-deps
 	$(PYENV)/bin/python tests/api/openai_client.py --cli $(CLI) --model $(FIXTURES)/tiny --node tests/api/node
+
+# Documents nobody here wrote (PDFs and DOCX files from three PyPI sdists, pinned by version and
+# hash in tests/documents/corpus.txt): each is read or refused in words (docs/DOCUMENTS.md).
+documents-corpus:
+	PYTHON=$(PYTHON) tests/documents/fetch_corpus.sh $(DEPS)/documents-corpus
+
+test-documents: documents-corpus build-all
+	DOCUMENTS_CORPUS=$(DEPS)/documents-corpus $(LINTED) cargo test -p documents --test corpus -- --ignored
 
 test-e2e: fixtures build-all api-node-deps
 	GEMMA_FIXTURES=$(ROOT)/$(FIXTURES) tests/e2e/run.sh $(APP)
