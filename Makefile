@@ -148,13 +148,17 @@ test-parity: fixtures build-all
 test-api: fixtures build-all api-node-deps
 	$(PYENV)/bin/python tests/api/openai_client.py --cli $(CLI) --model $(FIXTURES)/tiny --node tests/api/node
 
-# Documents nobody here wrote (PDFs and DOCX files from three PyPI sdists, pinned by version and
-# hash in tests/documents/corpus.txt): each is read or refused in words (docs/DOCUMENTS.md).
+# Documents nobody here wrote (PDFs and DOCX files from three PyPI sdists, the gnuplot manual from
+# Debian; tests/documents/fetch_corpus.sh pins them): each is read or refused in words, and
+# retrieval is measured on the manual (docs/DOCUMENTS.md).
+DOCUMENTS_CORPUS := $(DEPS)/documents-corpus
 documents-corpus:
-	PYTHON=$(PYTHON) tests/documents/fetch_corpus.sh $(DEPS)/documents-corpus
+	PYTHON=$(PYTHON) tests/documents/fetch_corpus.sh $(DOCUMENTS_CORPUS)
 
 test-documents: documents-corpus build-all
-	DOCUMENTS_CORPUS=$(DEPS)/documents-corpus $(LINTED) cargo test -p documents --test corpus -- --ignored
+	DOCUMENTS_CORPUS=$(DOCUMENTS_CORPUS) $(LINTED) cargo test -p documents --test corpus -- --ignored
+	DOCUMENTS_LONG_PDF=$(DOCUMENTS_CORPUS)/gnuplot-doc/usr/share/doc/gnuplot/gnuplot.pdf \
+	  $(LINTED) cargo test -p chats --test retrieval -- --ignored --nocapture
 
 test-e2e: fixtures build-all api-node-deps
 	GEMMA_FIXTURES=$(ROOT)/$(FIXTURES) tests/e2e/run.sh $(APP)

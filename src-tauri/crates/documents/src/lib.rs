@@ -3,6 +3,7 @@
 //! code (by line), CSV, JSON and plain text — within limits checked before the work starts.
 //! Nothing here panics on a file: third-party parsers run under `catch_unwind`. docs/DOCUMENTS.md.
 
+mod chunk;
 mod detect;
 mod docx;
 mod error;
@@ -10,6 +11,7 @@ mod extract;
 mod pdf;
 mod text;
 
+pub use chunk::{chunks, Chunk};
 pub use detect::{detect, Format};
 pub use error::Error;
 pub use extract::{

@@ -367,3 +367,67 @@ fn a_1_gb_file_is_refused_before_it_is_read() {
     .unwrap();
     assert_eq!((doc.format, doc.text().as_str()), (Format::Code, "x = 1\n"));
 }
+
+#[test]
+fn chunks_follow_pages_headings_and_lines() {
+    let doc = read(&pdf(&["Alpha page", "Beta page"]), "x.pdf").unwrap();
+    let chunks = documents::chunks(&doc, 1000);
+    let places: Vec<_> = chunks
+        .iter()
+        .map(|c| (c.location, c.text.as_str()))
+        .collect();
+    assert_eq!(
+        places,
+        [
+            (Location::Page(1), "Alpha page"),
+            (Location::Page(2), "Beta page")
+        ],
+        "never across a page"
+    );
+
+    let notes = "# One\n\nfirst para\n\n# Two\n\nsecond para\nmore\n";
+    let chunks = documents::chunks(&read(notes.as_bytes(), "n.md").unwrap(), 1000);
+    let places: Vec<_> = chunks
+        .iter()
+        .map(|c| (c.location, c.text.as_str()))
+        .collect();
+    assert_eq!(
+        places,
+        [
+            (Location::Lines { first: 1, last: 3 }, "# One\n\nfirst para"),
+            (
+                Location::Lines { first: 5, last: 8 },
+                "# Two\n\nsecond para\nmore"
+            ),
+        ],
+        "a heading starts a chunk; line numbers are the file's"
+    );
+
+    let code: String = (0..40)
+        .map(|i| format!("fn f{i}() {{\n    {i}\n}}\n\n"))
+        .collect();
+    let chunks = documents::chunks(&read(code.as_bytes(), "m.rs").unwrap(), 100);
+    assert!(chunks.len() > 5);
+    for c in &chunks {
+        assert!(
+            c.text.len() <= 100 && c.text.starts_with("fn f"),
+            "whole functions: {:?}",
+            c.text
+        );
+        let Location::Lines { first, last } = c.location else {
+            panic!("{:?}", c.location)
+        };
+        let lines: Vec<&str> = code.lines().collect();
+        assert_eq!(
+            lines[first as usize - 1..last as usize].join("\n"),
+            c.text,
+            "the lines it names"
+        );
+    }
+    let long = "x".repeat(250);
+    let pieces = documents::chunks(&read(long.as_bytes(), "l.txt").unwrap(), 100);
+    assert_eq!(
+        pieces.iter().map(|c| c.text.len()).collect::<Vec<_>>(),
+        [100, 100, 50]
+    );
+}
