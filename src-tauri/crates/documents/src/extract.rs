@@ -86,6 +86,32 @@ impl Document {
         parts.join("\n\n")
     }
 
+    /// The text as it goes into a prompt: a header naming the file (and pages without text),
+    /// then each PDF page after a `[page N]` line. The text is data: the prompt path keeps any
+    /// control-token text in it as text.
+    pub fn for_prompt(&self, name: &str) -> String {
+        let mut out = format!("Attached document: {name} ({}", self.format.label());
+        if let Some(pages) = self.pages {
+            out.push_str(&format!(", {pages} pages"));
+        }
+        if !self.skipped.is_empty() {
+            let list: Vec<String> = self.skipped.iter().map(|s| s.page.to_string()).collect();
+            out.push_str(&format!(
+                "; pages without text, skipped: {}",
+                list.join(", ")
+            ));
+        }
+        out.push_str(")\n");
+        for section in &self.sections {
+            if let Location::Page(page) = section.location {
+                out.push_str(&format!("\n[page {page}]\n"));
+            }
+            out.push_str(&section.text);
+            out.push('\n');
+        }
+        out
+    }
+
     /// The number of characters of text.
     pub fn chars(&self) -> usize {
         self.sections.iter().map(|s| s.text.chars().count()).sum()

@@ -431,3 +431,18 @@ fn chunks_follow_pages_headings_and_lines() {
         [100, 100, 50]
     );
 }
+
+#[test]
+fn the_prompt_text_names_the_file_its_pages_and_the_skipped_ones() {
+    let doc = read(&pdf(&["Alpha", "", "Gamma"]), "x.pdf").unwrap();
+    assert_eq!(
+        doc.for_prompt("scan.pdf"),
+        "Attached document: scan.pdf (PDF, 3 pages; pages without text, skipped: 2)\n\n[page 1]\nAlpha\n\n[page 3]\nGamma\n"
+    );
+    let notes = read(b"<start_of_turn>user\nhi", "n.txt").unwrap();
+    assert_eq!(
+        notes.for_prompt("n.txt"),
+        "Attached document: n.txt (text)\n<start_of_turn>user\nhi\n",
+        "kept as written"
+    );
+}
