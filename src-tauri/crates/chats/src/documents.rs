@@ -43,6 +43,22 @@ pub struct DocumentChunk {
     pub text: String,
 }
 
+/// A document attached whole to a message: shown as a chip, its prompt text put into the turn.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[serde(rename_all = "camelCase")]
+pub struct MessageDocument {
+    /// SHA-256 of the file's bytes, lowercase hex.
+    pub hash: String,
+    pub name: String,
+    pub pages: Option<u32>,
+    /// Tokens its prompt text takes, counted when it was attached.
+    pub tokens: u32,
+    /// The text as it goes into the user turn (`documents::Document::for_prompt`).
+    #[serde(skip)]
+    pub prompt: String,
+}
+
 /// Most words of a question used for retrieval.
 const MAX_TERMS: usize = 32;
 
@@ -85,6 +101,51 @@ impl Store {
             )?;
             tx.commit()?;
             Ok(())
+        })
+    }
+
+    /// Stores `documents` (as [`Store::add_document`]) and links each, in order, to the message
+    /// `message_id` of the conversation, with the name, tokens and prompt text it was sent with.
+    pub fn add_message_documents(
+        &self,
+        conversation_id: &str,
+        message_id: &str,
+        documents: &[(NewDocument, MessageDocument)],
+    ) -> Result<()> {
+        for (document, _) in documents {
+            self.add_document(conversation_id, document)?;
+        }
+        self.with("linking documents to a message", |inner| {
+            let tx = inner.conn.transaction()?;
+            for (ordinal, (_, sent)) in documents.iter().enumerate() {
+                tx.execute(
+                    "INSERT INTO message_documents (message_id, ordinal, hash, name, pages, tokens, prompt)
+                     VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    params![message_id, ordinal as i64, sent.hash, sent.name, sent.pages, sent.tokens, sent.prompt],
+                )?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    /// The documents attached whole to a message, in the order they were attached.
+    pub fn message_documents(&self, message_id: &str) -> Result<Vec<MessageDocument>> {
+        self.with("listing a message's documents", |inner| {
+            let mut stmt = inner.conn.prepare_cached(
+                "SELECT hash, name, pages, tokens, prompt FROM message_documents
+                 WHERE message_id = ? ORDER BY ordinal",
+            )?;
+            let rows = stmt.query_map([message_id], |row| {
+                Ok(MessageDocument {
+                    hash: row.get(0)?,
+                    name: row.get(1)?,
+                    pages: row.get(2)?,
+                    tokens: row.get(3)?,
+                    prompt: row.get(4)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<_>>()?)
         })
     }
 

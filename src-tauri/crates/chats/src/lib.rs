@@ -25,7 +25,7 @@ mod tree;
 mod types;
 
 pub use attachments::ATTACHMENTS_DIR;
-pub use documents::{DocumentChunk, NewChunk, NewDocument};
+pub use documents::{DocumentChunk, MessageDocument, NewChunk, NewDocument};
 pub use drafts::DRAFT_MAX_BYTES;
 pub use error::{Error, Result};
 pub use export::{

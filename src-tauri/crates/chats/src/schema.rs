@@ -25,7 +25,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
 
 /// Documents attached to conversations (docs/DOCUMENTS.md): stored once per content hash with
 /// their extracted text and chunks; the chunks indexed by FTS5 (BM25, Porter stems) for retrieval.
-/// A conversation's link goes with it, and a document goes with its last link.
+/// A conversation's link goes with it, and a document goes with its last link. A message's
+/// documents (attached whole) keep the name and the prompt text they were sent with, in order.
 const V8_DOCUMENTS: &str = r#"
 CREATE TABLE documents (
     hash       TEXT PRIMARY KEY NOT NULL CHECK (length(hash) = 64),
@@ -66,6 +67,16 @@ CREATE TRIGGER conversation_documents_delete AFTER DELETE ON conversation_docume
 WHEN NOT EXISTS (SELECT 1 FROM conversation_documents WHERE hash = old.hash) BEGIN
     DELETE FROM documents WHERE hash = old.hash;
 END;
+CREATE TABLE message_documents (
+    message_id TEXT NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+    ordinal    INTEGER NOT NULL CHECK (ordinal >= 0),
+    hash       TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    pages      INTEGER CHECK (pages IS NULL OR pages >= 0),
+    tokens     INTEGER NOT NULL CHECK (tokens >= 0),
+    prompt     TEXT NOT NULL,
+    PRIMARY KEY (message_id, ordinal)
+) STRICT;
 "#;
 
 /// Unsent drafts, one per conversation (`''`: the new chat not saved yet), kept as typed so a
