@@ -89,7 +89,7 @@ pub struct PendingDocument {
 }
 
 /// Characters per chunk of a stored document (docs/DOCUMENTS.md: measured on the gnuplot manual).
-pub const CHUNK_CHARS: usize = 1200;
+const CHUNK_CHARS: usize = 1200;
 
 /// A document read and not sent yet.
 #[derive(Clone)]
