@@ -65,6 +65,8 @@ const COMMANDS: &[&str] = &[
     "mcp_tools",
     "mcp_set_tool_enabled",
     "mcp_import_file",
+    "add_document",
+    "message_documents",
 ];
 
 fn main() {

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
@@ -68,6 +69,36 @@ pub struct PendingAttachment {
     pub notice: Option<String>,
 }
 
+/// A document (PDF, DOCX, text, code…) read and ready to send whole with the next message
+/// (docs/DOCUMENTS.md): its text goes into the user turn as data.
+#[derive(Debug, Clone, PartialEq, Serialize, TS)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingDocument {
+    /// Pass it in `SendRequest::attachment_ids`.
+    pub id: String,
+    pub name: String,
+    /// The format's short name ("PDF", "Markdown", …).
+    pub format: String,
+    /// A PDF's page count.
+    pub pages: Option<u32>,
+    /// Tokens its text takes in the prompt, by the loaded model's tokenizer.
+    #[ts(type = "number")]
+    pub tokens: usize,
+    /// PDF pages without text (scans, slides as images), left out of the text.
+    pub skipped_pages: Vec<u32>,
+}
+
+/// Characters per chunk of a stored document (docs/DOCUMENTS.md: measured on the gnuplot manual).
+const CHUNK_CHARS: usize = 1200;
+
+/// A document read and not sent yet.
+#[derive(Clone)]
+struct HeldDocument {
+    shown: PendingDocument,
+    stored: chats::NewDocument,
+    prompt: String,
+}
+
 /// Files dragged over or dropped on the window.
 #[derive(Debug, Clone, PartialEq, Serialize, TS)]
 #[serde(tag = "type", rename_all = "camelCase")]
@@ -96,6 +127,7 @@ pub struct Attachments {
     /// Decoded recordings by content hash.
     audio: Mutex<HashMap<String, Arc<PreparedAudio>>>,
     audio_limits: AudioLimits,
+    documents: Mutex<HashMap<String, HeldDocument>>,
 }
 
 impl Attachments {
@@ -106,6 +138,7 @@ impl Attachments {
             previews: Mutex::default(),
             audio: Mutex::default(),
             audio_limits: audio_limits(),
+            documents: Mutex::default(),
         }
     }
 
@@ -330,6 +363,7 @@ impl Attachments {
     /// Forgets a pending attachment (its file goes with the next cleanup if nothing uses it).
     pub fn remove(&self, id: &str) {
         lock(&self.pending).remove(id);
+        lock(&self.documents).remove(id);
     }
 
     /// The stored files behind pending ids, in order, ready for `Store::add_message`.
@@ -375,6 +409,119 @@ impl Attachments {
         }
         previews.insert(hash, url.clone());
         Ok(url)
+    }
+}
+
+impl Attachments {
+    /// Reads a document's text (call it off the UI thread: a long PDF takes seconds; `cancel`
+    /// stops it between pages) and keeps it pending; `count` gives its prompt text's tokens.
+    /// Recognized by content: a file that is not a document is refused in words.
+    pub fn add_document(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        cancel: &AtomicBool,
+        count: &dyn Fn(&str) -> Result<usize, Error>,
+    ) -> Result<PendingDocument, Error> {
+        let name = clean_name(name);
+        let refuse = |why: String| Error::Invalid(format!("{name}: {why}"));
+        if bytes.is_empty() {
+            return Err(refuse("the file is empty".into()));
+        }
+        let document = documents::extract(
+            bytes,
+            &name,
+            &documents::Limits::default(),
+            cancel,
+            &mut |_| {},
+        )
+        .map_err(|e| refuse(e.to_string()))?;
+        let prompt = document.for_prompt(&name);
+        let tokens = count(&prompt)?;
+        let hash = {
+            use sha2::Digest as _;
+            format!("{:x}", sha2::Sha256::digest(bytes))
+        };
+        let chunks = documents::chunks(&document, CHUNK_CHARS)
+            .into_iter()
+            .map(|chunk| {
+                let (page, lines) = match chunk.location {
+                    documents::Location::Page(page) => (Some(page), None),
+                    documents::Location::Lines { first, last } => (None, Some((first, last))),
+                    documents::Location::Whole => (None, None),
+                };
+                chats::NewChunk {
+                    page,
+                    lines,
+                    text: chunk.text,
+                }
+            })
+            .collect();
+        let shown = PendingDocument {
+            id: hash.clone(),
+            name: name.clone(),
+            format: document.format.label().to_owned(),
+            pages: document.pages,
+            tokens,
+            skipped_pages: document.skipped.iter().map(|s| s.page).collect(),
+        };
+        let held = HeldDocument {
+            shown: shown.clone(),
+            stored: chats::NewDocument {
+                hash: hash.clone(),
+                name,
+                format: shown.format.clone(),
+                pages: document.pages,
+                text: document.text(),
+                chunks,
+            },
+            prompt,
+        };
+        lock(&self.documents).insert(hash, held);
+        Ok(shown)
+    }
+
+    /// Whether `id` is a pending document (not an image or recording).
+    pub fn is_document(&self, id: &str) -> bool {
+        lock(&self.documents).contains_key(id)
+    }
+
+    /// The prompt text of the pending documents of `ids`, in order (other ids left out), as it
+    /// goes before the message's text.
+    pub fn pending_document_text(&self, ids: &[String]) -> String {
+        let held = lock(&self.documents);
+        ids.iter()
+            .filter_map(|id| held.get(id).map(|d| d.prompt.as_str()))
+            .collect()
+    }
+
+    /// The pending documents of `ids`, in order, ready for `Store::add_message_documents`.
+    pub fn resolve_documents(
+        &self,
+        ids: &[String],
+    ) -> Vec<(chats::NewDocument, chats::MessageDocument)> {
+        let held = lock(&self.documents);
+        ids.iter()
+            .filter_map(|id| held.get(id))
+            .map(|d| {
+                let sent = chats::MessageDocument {
+                    hash: d.shown.id.clone(),
+                    name: d.shown.name.clone(),
+                    pages: d.shown.pages,
+                    tokens: u32::try_from(d.shown.tokens).unwrap_or(u32::MAX),
+                    prompt: d.prompt.clone(),
+                };
+                (d.stored.clone(), sent)
+            })
+            .collect()
+    }
+
+    /// Drops documents that were sent or removed.
+    pub fn forget_documents(&self, ids: &[String]) {
+        let mut held = lock(&self.documents);
+        for id in ids {
+            held.remove(id);
+        }
     }
 }
 

@@ -156,7 +156,15 @@ impl Chat {
             ));
         }
         self.check_can_start(&[])?;
-        let attachments = self.attachments.resolve(&request.attachment_ids)?;
+        // Documents go into the turn as text; the other ids are images and recordings.
+        let documents = self.attachments.resolve_documents(&request.attachment_ids);
+        let file_ids: Vec<String> = request
+            .attachment_ids
+            .iter()
+            .filter(|id| !self.attachments.is_document(id))
+            .cloned()
+            .collect();
+        let attachments = self.attachments.resolve(&file_ids)?;
         let kinds: Vec<AttachmentKind> = attachments.iter().map(|a| a.kind).collect();
         self.check_can_start(&kinds)?;
         let conversation = match &request.conversation_id {
@@ -165,10 +173,11 @@ impl Chat {
                 if let Some(prompt) = &request.system_prompt {
                     chats::check_system_prompt(prompt)?;
                 }
-                let id = self
-                    .store
-                    .create_conversation(&title_from(text, kinds.first().copied()))?
-                    .id;
+                let title = match documents.first() {
+                    Some((_, document)) if text.trim().is_empty() => document.name.clone(),
+                    _ => title_from(text, kinds.first().copied()),
+                };
+                let id = self.store.create_conversation(&title)?.id;
                 if let Some(prompt) = &request.system_prompt {
                     self.store.set_system_prompt(&id, Some(prompt))?;
                 }
@@ -178,7 +187,12 @@ impl Chat {
         let user_message = self
             .store
             .add_message(&conversation, Role::User, text, &attachments)?;
-        self.attachments.sent(&request.attachment_ids);
+        if !documents.is_empty() {
+            self.store
+                .add_message_documents(&conversation, &user_message.id, &documents)?;
+        }
+        self.attachments.sent(&file_ids);
+        self.attachments.forget_documents(&request.attachment_ids);
         // Sent: the draft it was is done with. (A failure here only leaves that draft to
         // reappear; the message is saved.)
         let _ = self
@@ -276,13 +290,26 @@ impl Chat {
         attachment_ids: &[String],
         settings: &Settings,
     ) -> Result<usize, Error> {
+        // Documents' text goes before the message's, in the same text (see `engine_messages`).
+        let documents = self.attachments.pending_document_text(attachment_ids);
+        let with_documents = format!("{documents}{text}");
+        let text = if documents.is_empty() {
+            text
+        } else {
+            with_documents.as_str()
+        };
+        let attachment_ids: Vec<String> = attachment_ids
+            .iter()
+            .filter(|id| !self.attachments.is_document(id))
+            .cloned()
+            .collect();
         if attachment_ids.is_empty() {
             return Ok(self.engine.count_tokens(text)?);
         }
         let mut tokens: usize = 0;
         let media = self
             .attachments
-            .pending_soft_tokens(attachment_ids, settings.image_budget()?)?;
+            .pending_soft_tokens(&attachment_ids, settings.image_budget()?)?;
         // The text around the images, in the pieces their markers cut it into: the header's
         // newline and "\n\n" before the first, "\n\n\n\n" between two, "\n\n" and the text
         // after the last. (Clips follow the text with nothing between them.)
@@ -309,6 +336,29 @@ impl Chat {
             tokens += runs.iter().map(|n| n + 2).sum::<usize>();
         }
         Ok(tokens)
+    }
+
+    /// The prompt text of the documents sent whole with `message`, in order.
+    fn document_prompts(&self, message: &Message) -> Result<Vec<String>, Error> {
+        Ok(self
+            .store
+            .message_documents(&message.id)?
+            .into_iter()
+            .map(|d| d.prompt)
+            .collect())
+    }
+
+    /// Reads a document to attach (call it off the UI thread), its prompt text's tokens counted
+    /// by the loaded model's tokenizer; see [`Attachments::add_document`].
+    pub fn add_document(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        cancel: &std::sync::atomic::AtomicBool,
+    ) -> Result<crate::attachments::PendingDocument, Error> {
+        self.attachments.add_document(name, bytes, cancel, &|text| {
+            Ok(self.engine.count_tokens(text)?)
+        })
     }
 
     /// Asks a generation to stop; its answer is kept and marked stopped.
@@ -389,9 +439,12 @@ impl Chat {
             .system_prompt
             .as_deref()
             .unwrap_or(&settings.system_prompt);
-        let media = engine_messages(&conversation, system_prompt, &mut |attachment| {
-            self.attachments.prepared_audio(attachment)
-        })?;
+        let media = engine_messages(
+            &conversation,
+            system_prompt,
+            &mut |attachment| self.attachments.prepared_audio(attachment),
+            &mut |message| self.document_prompts(message),
+        )?;
         let images = media
             .images
             .iter()
@@ -487,14 +540,16 @@ struct EngineMessages {
     audio: Vec<Arc<AudioClip>>,
 }
 
-/// The conversation as the template takes it: in a user message its images, then its text, then
-/// each recording's clips (the reference's order; docs/AUDIO.md), every clip its own audio
-/// block. `decode` gives a recording's clips. Failed answers with no text and answers still
-/// streaming are left out.
+/// The conversation as the template takes it: in a user message its images, then its documents'
+/// text followed by its own text (one text part, as typed: docs/DOCUMENTS.md), then each
+/// recording's clips (the reference's order; docs/AUDIO.md), every clip its own audio
+/// block. `decode` gives a recording's clips, `documents` a message's documents' prompt text.
+/// Failed answers with no text and answers still streaming are left out.
 fn engine_messages(
     conversation: &Conversation,
     system_prompt: &str,
     decode: &mut dyn FnMut(&Attachment) -> Result<Arc<PreparedAudio>, Error>,
+    documents: &mut dyn FnMut(&Message) -> Result<Vec<String>, Error>,
 ) -> Result<EngineMessages, Error> {
     let mut out = EngineMessages {
         messages: Vec::new(),
@@ -539,10 +594,16 @@ fn engine_messages(
                 }
             }
         }
-        if !message.text.is_empty() || (parts.is_empty() && sounds.is_empty()) {
-            parts.push(Part::Text {
-                text: message.text.clone(),
-            });
+        // Documents' text, then the message's, as one text: what typing them all would give.
+        let text = if role == template::Role::User {
+            let mut text: String = documents(message)?.concat();
+            text.push_str(&message.text);
+            text
+        } else {
+            message.text.clone()
+        };
+        if !text.is_empty() || (parts.is_empty() && sounds.is_empty()) {
+            parts.push(Part::Text { text });
         }
         parts.extend(sounds);
         let mut message_for_engine = template::Message::new(role, parts);

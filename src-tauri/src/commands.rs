@@ -343,6 +343,39 @@ pub async fn add_pasted_file(
     blocking(move || attachments.add_bytes(&name, &bytes)).await
 }
 
+/// A document to attach whole (docs/DOCUMENTS.md): the raw bytes as the request body, its name
+/// in `x-file-name`; read on the blocking pool, off the UI thread.
+#[tauri::command]
+pub async fn add_document(
+    state: Shared<'_>,
+    request: Request<'_>,
+) -> Result<crate::attachments::PendingDocument, Error> {
+    let InvokeBody::Raw(bytes) = request.body() else {
+        return Err(Error::Invalid(
+            "a document must be sent as raw bytes".into(),
+        ));
+    };
+    let name = request
+        .headers()
+        .get("x-file-name")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("document")
+        .to_owned();
+    let (chat, bytes) = (state.chat.clone(), bytes.clone());
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    blocking(move || chat.add_document(&name, &bytes, &cancel)).await
+}
+
+/// The documents sent whole with a saved message, for its chips.
+#[tauri::command]
+pub async fn message_documents(
+    state: Shared<'_>,
+    message_id: String,
+) -> Result<Vec<chats::MessageDocument>, Error> {
+    let store = state.store.clone();
+    blocking(move || Ok(store.message_documents(&message_id)?)).await
+}
+
 /// A pending recording's bytes, to play it in the composer.
 #[tauri::command]
 pub async fn pending_audio(state: Shared<'_>, id: String) -> Result<Response, Error> {

@@ -91,6 +91,8 @@ fn run() -> anyhow::Result<()> {
             commands::save_settings,
             commands::pick_files,
             commands::add_pasted_file,
+            commands::add_document,
+            commands::message_documents,
             commands::pending_audio,
             commands::attachment_audio,
             commands::paste_clipboard_image,

@@ -7,6 +7,7 @@ mod chat;
 mod commands;
 mod context;
 mod conversations;
+mod documents;
 mod download;
 mod export;
 mod faster;

@@ -9,6 +9,7 @@ mod call_grammar;
 mod completions;
 pub mod config;
 pub mod error;
+mod files;
 mod format;
 mod guard;
 mod http;

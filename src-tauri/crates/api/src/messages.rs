@@ -243,7 +243,7 @@ fn tool_response(
 }
 
 /// The parts of one message's `content`: a string, or a list of `text` / `image_url` /
-/// `input_audio` parts.
+/// `input_audio` / `file` parts (a file's text joins the turn as text: `files.rs`).
 /// System and assistant messages hold text only, joined into one part (templates write a
 /// system message's content as one string).
 fn content_parts(
@@ -293,6 +293,10 @@ fn content_parts(
                 });
                 parts.push(Part::Image);
             }
+            "file" if role == Role::User => {
+                let text = crate::files::file_text(part.get("file"), &format!("{param}.file"))?;
+                parts.push(Part::Text { text });
+            }
             "input_audio" if role == Role::User => {
                 media.audio.push(EncodedAudio {
                     bytes: decode_input_audio(part.get("input_audio"), &param)?,
@@ -312,12 +316,13 @@ fn content_parts(
                     "only user messages may hold images",
                 ))
             }
+            "file" => return Err(ApiError::invalid(&param, "only user messages may hold files")),
             "" => return Err(ApiError::invalid(&param, "a content part needs a `type`")),
             other => {
                 return Err(ApiError::invalid(
                     &param,
                     format!(
-                        "content parts of type `{other}` are not supported; use text, image_url or input_audio"
+                        "content parts of type `{other}` are not supported; use text, image_url, input_audio or file"
                     ),
                 ))
             }

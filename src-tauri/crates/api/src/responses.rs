@@ -206,7 +206,7 @@ fn input_item(item: &Value, param: &str, messages: &mut Vec<ChatMessage>) -> Res
 }
 
 /// A message's content in chat-completions parts: `input_text` / `output_text` as text,
-/// `input_image` (a data URL) as an image.
+/// `input_image` (a data URL) as an image, `input_file` as its document's text (`files.rs`).
 fn content(content: &Value, param: &str) -> Result<Value, ApiError> {
     let Value::Array(parts) = content else {
         return Ok(content.clone());
@@ -230,12 +230,16 @@ fn content(content: &Value, param: &str) -> Result<Value, ApiError> {
                     })?;
                 out.push(json!({ "type": "image_url", "image_url": { "url": url } }));
             }
+            Some("input_file") => {
+                let text = crate::files::file_text(Some(part), &param)?;
+                out.push(json!({ "type": "text", "text": text }));
+            }
             Some("refusal") => {}
             other => {
                 return Err(ApiError::invalid(
                     &param,
                     format!(
-                        "content parts of type `{}` are not supported; use input_text, input_image or output_text",
+                        "content parts of type `{}` are not supported; use input_text, input_image, input_file or output_text",
                         other.unwrap_or("")
                     ),
                 ))

@@ -9,6 +9,8 @@
 // helpers per file, and a file moves between here and a `[[test]]` of its own unchanged.
 #![allow(clippy::duplicate_mod)]
 
+#[path = "files.rs"]
+mod files;
 #[path = "http.rs"]
 mod http;
 #[path = "request_log.rs"]

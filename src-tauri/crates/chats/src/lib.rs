@@ -12,6 +12,7 @@
 //! [`Store::import`] takes back, by the same ids (never twice).
 
 mod attachments;
+mod documents;
 mod drafts;
 mod error;
 mod export;
@@ -24,6 +25,7 @@ mod tree;
 mod types;
 
 pub use attachments::ATTACHMENTS_DIR;
+pub use documents::{DocumentChunk, MessageDocument, NewChunk, NewDocument};
 pub use drafts::DRAFT_MAX_BYTES;
 pub use error::{Error, Result};
 pub use export::{

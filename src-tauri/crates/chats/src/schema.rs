@@ -20,7 +20,64 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     V5_AUDIO_ATTACHMENTS,
     V6_ANSWER_MODEL,
     V7_DRAFTS,
+    V8_DOCUMENTS,
 ];
+
+/// Documents attached to conversations (docs/DOCUMENTS.md): stored once per content hash with
+/// their extracted text and chunks; the chunks indexed by FTS5 (BM25, Porter stems) for retrieval.
+/// A conversation's link goes with it, and a document goes with its last link. A message's
+/// documents (attached whole) keep the name and the prompt text they were sent with, in order.
+const V8_DOCUMENTS: &str = r#"
+CREATE TABLE documents (
+    hash       TEXT PRIMARY KEY NOT NULL CHECK (length(hash) = 64),
+    name       TEXT NOT NULL,
+    format     TEXT NOT NULL,
+    pages      INTEGER CHECK (pages IS NULL OR pages >= 0),
+    text       TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+) STRICT;
+CREATE TABLE document_chunks (
+    id         INTEGER PRIMARY KEY,
+    hash       TEXT NOT NULL REFERENCES documents (hash) ON DELETE CASCADE,
+    ordinal    INTEGER NOT NULL CHECK (ordinal >= 0),
+    page       INTEGER,
+    first_line INTEGER,
+    last_line  INTEGER,
+    text       TEXT NOT NULL,
+    UNIQUE (hash, ordinal)
+) STRICT;
+CREATE VIRTUAL TABLE document_chunk_fts USING fts5 (
+    text, content = 'document_chunks', content_rowid = 'id',
+    tokenize = 'porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER document_chunks_insert AFTER INSERT ON document_chunks BEGIN
+    INSERT INTO document_chunk_fts (rowid, text) VALUES (new.id, new.text);
+END;
+CREATE TRIGGER document_chunks_delete AFTER DELETE ON document_chunks BEGIN
+    INSERT INTO document_chunk_fts (document_chunk_fts, rowid, text) VALUES ('delete', old.id, old.text);
+END;
+CREATE TABLE conversation_documents (
+    conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+    hash            TEXT NOT NULL REFERENCES documents (hash),
+    added_at        INTEGER NOT NULL,
+    PRIMARY KEY (conversation_id, hash)
+) STRICT;
+CREATE INDEX conversation_documents_by_hash ON conversation_documents (hash);
+CREATE TRIGGER conversation_documents_delete AFTER DELETE ON conversation_documents
+WHEN NOT EXISTS (SELECT 1 FROM conversation_documents WHERE hash = old.hash) BEGIN
+    DELETE FROM documents WHERE hash = old.hash;
+END;
+CREATE TABLE message_documents (
+    message_id TEXT NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+    ordinal    INTEGER NOT NULL CHECK (ordinal >= 0),
+    hash       TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    pages      INTEGER CHECK (pages IS NULL OR pages >= 0),
+    tokens     INTEGER NOT NULL CHECK (tokens >= 0),
+    prompt     TEXT NOT NULL,
+    PRIMARY KEY (message_id, ordinal)
+) STRICT;
+"#;
 
 /// Unsent drafts, one per conversation (`''`: the new chat not saved yet), kept as typed so a
 /// restart loses none; a conversation's draft goes with it.

@@ -9,6 +9,8 @@
 mod attachments;
 #[path = "damaged_database.rs"]
 mod damaged_database;
+#[path = "documents.rs"]
+mod documents;
 #[path = "export.rs"]
 mod export;
 #[path = "search.rs"]

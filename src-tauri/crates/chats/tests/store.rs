@@ -55,7 +55,7 @@ fn opening_an_empty_folder_creates_a_wal_database_and_the_attachments_folder() {
     let mode: String = conn
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
-    assert_eq!((version, mode.as_str()), (7, "wal"));
+    assert_eq!((version, mode.as_str()), (8, "wal"));
 }
 
 #[test]
@@ -81,7 +81,7 @@ fn reopening_keeps_everything_and_migrates_nothing() {
     let version: i64 = raw(&dir)
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 7);
+    assert_eq!(version, 8);
 }
 
 #[test]
@@ -99,7 +99,7 @@ fn a_database_from_a_newer_app_is_refused_and_left_untouched() {
             err,
             Error::NewerSchema {
                 found: 99,
-                supported: 7,
+                supported: 8,
                 ..
             }
         ),
