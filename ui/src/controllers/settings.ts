@@ -77,13 +77,7 @@ export class SettingsController {
       remove: (name) => api.mcpRemoveServer(name),
       importFile: () => api.mcpImportFile(),
     });
-    const panels = [
-      modelPanel,
-      this.fasterPanel,
-      this.localApiPanel,
-      quickAskPanel,
-      this.toolsPanel,
-    ];
+    const panels = [modelPanel, this.fasterPanel, this.localApiPanel, quickAskPanel, this.toolsPanel];
     this.dialog = new SettingsDialog(
       {
         load: async () => {
