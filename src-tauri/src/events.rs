@@ -131,7 +131,16 @@ pub mod recorded {
         LocalApi(LocalApiStatus),
         ApiRequest(ApiLogEntry),
         ApiActivity(ApiActivity),
-        McpServer(ServerView),
+        McpServer(
+            #[cfg_attr(
+                not(target_os = "linux"),
+                expect(
+                    dead_code,
+                    reason = "read by the MCP tests, which run on Linux only (/proc)"
+                )
+            )]
+            ServerView,
+        ),
     }
 
     #[derive(Default)]
