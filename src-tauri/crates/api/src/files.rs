@@ -5,7 +5,6 @@
 
 use std::sync::atomic::AtomicBool;
 
-use base64::Engine as _;
 use documents::{extract, Limits};
 use serde_json::Value;
 
@@ -33,20 +32,12 @@ pub fn file_text(fields: Option<&Value>, param: &str) -> Result<String, ApiError
         .get("filename")
         .and_then(Value::as_str)
         .unwrap_or("document");
-    // A data URL's header is accepted too (OpenAI's examples send one); its data is what counts.
-    let data = match data.trim().strip_prefix("data:") {
-        Some(rest) => rest.split_once(',').map_or("", |(_, d)| d),
-        None => data,
-    };
-    let data: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(data.as_bytes())
-        .map_err(|e| {
-            ApiError::invalid(
-                &data_param,
-                format!("the file's base64 data is not valid: {e}"),
-            )
-        })?;
+    let bytes = crate::messages::decode_base64_data(data).map_err(|e| {
+        ApiError::invalid(
+            &data_param,
+            format!("the file's base64 data is not valid: {e}"),
+        )
+    })?;
     if bytes.is_empty() {
         return Err(ApiError::invalid(&data_param, "the file is empty"));
     }
@@ -64,6 +55,7 @@ pub fn file_text(fields: Option<&Value>, param: &str) -> Result<String, ApiError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use serde_json::json;
 
     fn b64(bytes: &[u8]) -> String {

@@ -401,17 +401,9 @@ fn decode_input_audio(value: Option<&Value>, param: &str) -> Result<Vec<u8>, Api
                 "an input_audio part needs `input_audio.data`: the file's bytes in base64",
             )
         })?;
-    // A data URL's header is accepted too (some clients send one); its data is what counts.
-    let data = match data.trim().strip_prefix("data:") {
-        Some(rest) => rest.split_once(',').map_or("", |(_, d)| d),
-        None => data,
-    };
-    let data: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(data.as_bytes())
-        .map_err(|e| {
-            ApiError::invalid(param, format!("the audio's base64 data is not valid: {e}"))
-        })?;
+    let bytes = decode_base64_data(data).map_err(|e| {
+        ApiError::invalid(param, format!("the audio's base64 data is not valid: {e}"))
+    })?;
     if bytes.is_empty() {
         return Err(ApiError::invalid(param, "the audio data is empty"));
     }
@@ -481,6 +473,17 @@ pub fn preprocess(
                 })
         })
         .collect()
+}
+
+/// The bytes of a part's base64 data; a data URL's header is accepted too (clients send one),
+/// its data is what counts, and whitespace inside is ignored.
+pub(crate) fn decode_base64_data(data: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    let data = match data.trim().strip_prefix("data:") {
+        Some(rest) => rest.split_once(',').map_or("", |(_, d)| d),
+        None => data,
+    };
+    let data: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    base64::engine::general_purpose::STANDARD.decode(data.as_bytes())
 }
 
 #[cfg(test)]
